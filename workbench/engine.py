@@ -1,0 +1,104 @@
+"""The walk-forward engine: bars -> features -> folds -> per-fold test backtest -> stitched result.
+
+``WalkForward(config).run(bars)`` is the notebook API; the CLI (``workbench.walkforward``) wraps it.
+A fold that fails is recorded with its error chain and the run goes on to the next one.
+"""
+from __future__ import annotations
+
+import time
+import traceback
+from pathlib import Path
+
+import numpy as np
+
+from . import metrics as M
+from .accounting import simulate
+from .baselines import STRATEGIES, baseline_targets
+from .config import RunConfig, to_toml
+from .data import Bars, load_bars
+from .errors import ConfigError, WorkbenchError
+from .features import build_features
+from .markets import load_market
+from .results import FoldResult, WalkForwardResult
+from .rundir import RunDir
+from .splits import walk_forward_splits
+
+
+def _range_text(folds, k: int, part: str) -> str:
+    a, b = folds.loc[k, f"{part}_first"], folds.loc[k, f"{part}_last"]
+    return f"{a:%Y-%m-%d %H:%M} .. {b:%Y-%m-%d %H:%M}"
+
+
+def _error_chain(exc: BaseException) -> str:
+    parts, e = [], exc
+    while e is not None:
+        parts.append(f"{type(e).__name__}: {e}")
+        e = e.__cause__ or e.__context__
+    return " <- ".join(parts)
+
+
+class WalkForward:
+    """Walk-forward evaluation of one strategy under one :class:`~workbench.config.RunConfig`."""
+
+    def __init__(self, config: RunConfig = RunConfig()):
+        self.config = config
+
+    def run(self, bars: Bars | str | Path, progress=None, run_dir: RunDir | None = None) -> WalkForwardResult:
+        cfg = self.config
+        if cfg.strategy.name not in STRATEGIES:
+            raise ConfigError(f"unknown strategy '{cfg.strategy.name}'", f"choose one of: {', '.join(STRATEGIES)}")
+        if not isinstance(bars, Bars):
+            bars = load_bars(bars, market=cfg.data.market, naive_tz=cfg.data.naive_tz, unsorted=cfg.data.unsorted)
+        spec = bars.market if cfg.data.market == "auto" else load_market(cfg.data.market)
+        feats = build_features(bars, cfg.features)
+        folds = walk_forward_splits(bars.ts, cfg.splits, feats.max_lookback, feats.warmup)
+        if run_dir is not None:
+            run_dir.write_text("config.toml", to_toml(cfg))
+            run_dir.write_json("data_report.json", bars.report.to_dict())
+            run_dir.write_parquet("folds.parquet", folds)
+            run_dir.write_json("folds.json", folds.to_dict(orient="records"))
+        if progress:
+            progress.start(len(folds), {"data": Path(bars.source).name if bars.source else "bars", "market": spec.name,
+                                        "strategy": cfg.strategy.name, "bars": len(bars)})
+        results = []
+        for k in range(len(folds)):
+            ranges = {p: _range_text(folds, k, p) for p in ("train", "val", "test")}
+            if progress:
+                progress.fold_started(k, ranges)
+            t0 = time.perf_counter()
+            try:
+                res = self._run_fold(k, folds, bars, feats, spec, ranges)
+            except (WorkbenchError, ValueError, ArithmeticError, IndexError) as exc:
+                res = FoldResult(k, cfg.strategy.name, bars.frame.iloc[:0], bars.frame.iloc[:0], {}, ranges,
+                                 error=_error_chain(exc))
+                res.traceback = traceback.format_exc()
+            results.append(res)
+            if run_dir is not None and res.ok:
+                run_dir.write_fold(k, res.metrics, res.trades, res.bars, {"ranges": ranges, "strategy": res.strategy})
+            elif run_dir is not None:
+                run_dir.write_json(f"fold_{k:03d}_error.json", {"fold": k, "error": res.error,
+                                                                "traceback": getattr(res, "traceback", "")})
+            if progress:
+                progress.fold_finished(res, time.perf_counter() - t0)
+        result = WalkForwardResult(cfg.strategy.name, folds, results, spec, cfg.backtest.capital,
+                                   str(run_dir.path) if run_dir else None)
+        summary = result.metrics
+        if run_dir is not None:
+            run_dir.write_parquet("oos_equity.parquet", result.stitched)
+            run_dir.write_json("summary.json", {"strategy": cfg.strategy.name, "market": spec.name,
+                                                "stitched_oos": summary, "folds": result.to_frame().to_dict(orient="records")})
+        if progress:
+            progress.finish(summary)
+        return result
+
+    def _run_fold(self, k, folds, bars, feats, spec, ranges) -> FoldResult:
+        cfg = self.config
+        a, b = int(folds.loc[k, "test_start"]), int(folds.loc[k, "test_stop"])
+        target = baseline_targets(cfg.strategy.name, feats, a, b, cfg.backtest.contracts, cfg.strategy)
+        test = bars.slice(a, b)
+        sim = simulate(target, test, spec, capital=cfg.backtest.capital)
+        m = M.summarize(sim.pnl, sim.index, sim.position, sim.trades, spec, cfg.backtest.capital,
+                        sim.commission, sim.slippage)
+        if not np.isfinite(m["net_pnl_usd"]):
+            raise ArithmeticError(f"fold {k}: non-finite PnL")
+        return FoldResult(k, cfg.strategy.name, sim.frame(), sim.trades, m, ranges)

@@ -1,0 +1,168 @@
+"""Performance metrics on daily returns, with empyrical's definitions, annualised over 252 days.
+
+Daily returns: net PnL is summed per trading day (the market's ``day_end`` in exchange time; ES's day
+ends at 16:00 Chicago) and divided by the equity at the previous day's end (starting capital first):
+``r_d = pnl_d / equity_{d-1}``. Only days with at least one bar count.
+
+Definitions (as in empyrical 0.5 / empyrical-reloaded; tests cross-check them to 1e-9):
+Sharpe = mean(r) / std(r, ddof=1) * sqrt(252); Sortino = mean(r) * 252 / downside risk, downside risk
+= sqrt(mean(min(r, 0)^2)) * sqrt(252); CAGR = prod(1 + r)^(252 / n) - 1; annual volatility =
+std(r, ddof=1) * sqrt(252); max drawdown = min over time of equity / running peak - 1 (starting
+equity included); Calmar = CAGR / |max drawdown|.
+
+Probabilistic Sharpe (Bailey & Lopez de Prado 2012) and deflated Sharpe (2014) use the per-day
+(non-annualised) Sharpe, the sample skewness and (non-excess) kurtosis of daily returns.
+"""
+from __future__ import annotations
+
+import math
+from statistics import NormalDist
+
+import numpy as np
+import pandas as pd
+
+from .markets import MarketSpec
+
+ANNUALIZATION = 252
+ANNUALIZATION_NOTE = "daily returns, 252 trading days per year, risk-free rate 0"
+EULER_GAMMA = 0.5772156649015329
+_N = NormalDist()
+
+
+def daily_pnl(pnl: np.ndarray, index: pd.DatetimeIndex, spec: MarketSpec) -> pd.Series:
+    """Net USD PnL per trading day (index: trading date)."""
+    local = index.tz_convert(spec.session_tz) + spec.day_end_offset()
+    day = pd.DatetimeIndex(local.date, name="trading_day")
+    return pd.Series(pnl, index=day).groupby(level=0).sum()
+
+
+def daily_returns(pnl: np.ndarray, index: pd.DatetimeIndex, spec: MarketSpec, capital: float) -> pd.Series:
+    d = daily_pnl(pnl, index, spec)
+    equity_end = capital + d.cumsum()
+    prev = equity_end.shift(1).fillna(capital)
+    return (d / prev).rename("return")
+
+
+def sharpe_ratio(r: np.ndarray, ann: int = ANNUALIZATION) -> float:
+    r = np.asarray(r, dtype=np.float64)
+    if len(r) < 2:
+        return float("nan")
+    sd = np.std(r, ddof=1)
+    return float(np.mean(r) / sd * math.sqrt(ann)) if sd > 0 else float("nan")
+
+
+def downside_risk(r: np.ndarray, ann: int = ANNUALIZATION) -> float:
+    r = np.asarray(r, dtype=np.float64)
+    return float(math.sqrt(np.mean(np.square(np.minimum(r, 0.0)))) * math.sqrt(ann)) if len(r) else float("nan")
+
+
+def sortino_ratio(r: np.ndarray, ann: int = ANNUALIZATION) -> float:
+    r = np.asarray(r, dtype=np.float64)
+    if len(r) < 2:
+        return float("nan")
+    dr = downside_risk(r, ann)
+    return float(np.mean(r) * ann / dr) if dr > 0 else (float("inf") if np.mean(r) > 0 else float("nan"))
+
+
+def annual_return(r: np.ndarray, ann: int = ANNUALIZATION) -> float:
+    r = np.asarray(r, dtype=np.float64)
+    if len(r) == 0:
+        return float("nan")
+    final = float(np.prod(1.0 + r))
+    return final ** (ann / len(r)) - 1.0 if final > 0 else -1.0
+
+
+def annual_volatility(r: np.ndarray, ann: int = ANNUALIZATION) -> float:
+    r = np.asarray(r, dtype=np.float64)
+    return float(np.std(r, ddof=1) * math.sqrt(ann)) if len(r) > 1 else float("nan")
+
+
+def max_drawdown(r: np.ndarray) -> float:
+    r = np.asarray(r, dtype=np.float64)
+    if len(r) == 0:
+        return float("nan")
+    wealth = np.concatenate([[1.0], np.cumprod(1.0 + r)])
+    peak = np.maximum.accumulate(wealth)
+    return float(np.min(wealth / peak - 1.0))
+
+
+def calmar_ratio(r: np.ndarray, ann: int = ANNUALIZATION) -> float:
+    mdd = max_drawdown(r)
+    return annual_return(r, ann) / abs(mdd) if mdd < 0 else float("nan")
+
+
+def _moments(r: np.ndarray) -> tuple[float, float]:
+    r = np.asarray(r, dtype=np.float64)
+    m, s = r.mean(), r.std()
+    if s == 0:
+        return 0.0, 3.0
+    z = (r - m) / s
+    return float(np.mean(z**3)), float(np.mean(z**4))
+
+
+def probabilistic_sharpe(r: np.ndarray, benchmark_sr: float = 0.0) -> float:
+    """P(true per-day Sharpe > ``benchmark_sr``) given the sample's length, skew and kurtosis."""
+    r = np.asarray(r, dtype=np.float64)
+    n = len(r)
+    if n < 3 or np.std(r, ddof=1) == 0:
+        return float("nan")
+    sr = np.mean(r) / np.std(r, ddof=1)
+    skew, kurt = _moments(r)
+    denom = 1.0 - skew * sr + (kurt - 1.0) / 4.0 * sr**2
+    if denom <= 0:
+        return float("nan")
+    return float(_N.cdf((sr - benchmark_sr) * math.sqrt(n - 1) / math.sqrt(denom)))
+
+
+def expected_max_sharpe(n_trials: int, sr_variance: float) -> float:
+    """Expected maximum per-day Sharpe of ``n_trials`` unskilled trials (the deflated Sharpe's bar)."""
+    if n_trials <= 1 or sr_variance <= 0:
+        return 0.0
+    return math.sqrt(sr_variance) * ((1 - EULER_GAMMA) * _N.inv_cdf(1 - 1.0 / n_trials)
+                                     + EULER_GAMMA * _N.inv_cdf(1 - 1.0 / (n_trials * math.e)))
+
+
+def deflated_sharpe(r: np.ndarray, n_trials: int = 1, sr_variance: float = 0.0) -> float:
+    """Probabilistic Sharpe against the best of ``n_trials`` tries with per-day Sharpe variance ``sr_variance``."""
+    return probabilistic_sharpe(r, expected_max_sharpe(n_trials, sr_variance))
+
+
+def trade_stats(trades: pd.DataFrame, position: np.ndarray, n_days: int) -> dict[str, float]:
+    pnl = trades["pnl"].to_numpy() if len(trades) else np.zeros(0)
+    wins, losses = pnl[pnl > 0], pnl[pnl < 0]
+    traded = np.abs(np.diff(np.concatenate([[0], position, [0]]))).sum()
+    return {
+        "trades": int(len(pnl)),
+        "win_rate": float(len(wins) / len(pnl)) if len(pnl) else float("nan"),
+        "profit_factor": float(wins.sum() / -losses.sum()) if len(losses) else (float("inf") if len(wins) else float("nan")),
+        "avg_trade_usd": float(pnl.mean()) if len(pnl) else float("nan"),
+        "exposure": float(np.mean(position != 0)) if len(position) else float("nan"),
+        "turnover_contracts_per_day": float(traded / n_days) if n_days else float("nan"),
+    }
+
+
+def summarize(pnl: np.ndarray, index: pd.DatetimeIndex, position: np.ndarray, trades: pd.DataFrame,
+              spec: MarketSpec, capital: float, commission: np.ndarray | None = None,
+              slippage: np.ndarray | None = None) -> dict[str, float]:
+    """Every headline number of one range; keys carry their unit."""
+    r = daily_returns(pnl, index, spec, capital).to_numpy()
+    out: dict[str, float] = {
+        "days": int(len(r)),
+        "bars": int(len(pnl)),
+        "net_pnl_usd": float(np.sum(pnl)),
+        "sharpe": sharpe_ratio(r),
+        "sortino": sortino_ratio(r),
+        "cagr": annual_return(r),
+        "annual_volatility": annual_volatility(r),
+        "max_drawdown": max_drawdown(r),
+        "calmar": calmar_ratio(r),
+        "psr": probabilistic_sharpe(r),
+        "bar_pnl_mean_usd": float(np.mean(pnl)) if len(pnl) else float("nan"),
+        "bar_pnl_std_usd": float(np.std(pnl, ddof=1)) if len(pnl) > 1 else float("nan"),
+    }
+    if commission is not None:
+        out["commission_usd"] = float(np.sum(commission))
+    if slippage is not None:
+        out["slippage_usd"] = float(np.sum(slippage))
+    out.update(trade_stats(trades, position, len(r)))
+    return out

@@ -1,0 +1,85 @@
+"""Run directory: the resolved config, folds, per-fold results and the stitched series.
+
+Layout::
+
+    RUN/config.toml            resolved config (reproduces the run with --config)
+    RUN/data_report.json       validation report of the input
+    RUN/folds.parquet|json     the folds table
+    RUN/fold_000/              metrics.json, trades.parquet, bars.parquet (written atomically)
+    RUN/summary.json           stitched out-of-sample metrics, per-fold table, annualisation
+    RUN/oos_equity.parquet     stitched out-of-sample per-bar series
+
+Every file is written to a temporary name and renamed into place; a fold directory appears only
+once all its files are complete, so an interrupted run leaves finished folds intact.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+from pathlib import Path
+
+import pandas as pd
+
+from .errors import UsageError
+
+
+def _clean(obj):
+    if isinstance(obj, dict):
+        return {str(k): _clean(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_clean(v) for v in obj]
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None if math.isnan(obj) else ("inf" if obj > 0 else "-inf")
+    if hasattr(obj, "item"):
+        return _clean(obj.item())
+    if isinstance(obj, pd.Timestamp):
+        return obj.isoformat()
+    return obj
+
+
+def dumps(obj) -> str:
+    return json.dumps(_clean(obj), indent=2, default=str)
+
+
+class RunDir:
+    def __init__(self, path: str | Path, force: bool = False):
+        self.path = Path(path)
+        if self.path.exists() and any(self.path.iterdir()):
+            if not force:
+                raise UsageError(f"run directory {self.path} exists and is not empty",
+                                 "pass --force to overwrite it or choose another --out")
+            shutil.rmtree(self.path)
+        self.path.mkdir(parents=True, exist_ok=True)
+
+    def write_text(self, name: str, text: str) -> Path:
+        dest = self.path / name
+        tmp = dest.with_name(f".{dest.name}.tmp")
+        tmp.write_text(text)
+        os.replace(tmp, dest)
+        return dest
+
+    def write_json(self, name: str, obj) -> Path:
+        return self.write_text(name, dumps(obj) + "\n")
+
+    def write_parquet(self, name: str, df: pd.DataFrame, directory: Path | None = None) -> Path:
+        dest = (directory or self.path) / name
+        tmp = dest.with_name(f".{dest.name}.tmp")
+        df.to_parquet(tmp)
+        os.replace(tmp, dest)
+        return dest
+
+    def write_fold(self, fold: int, metrics: dict, trades: pd.DataFrame, bars: pd.DataFrame, extra: dict | None = None) -> Path:
+        final = self.path / f"fold_{fold:03d}"
+        tmp = self.path / f".fold_{fold:03d}.tmp"
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        tmp.mkdir()
+        (tmp / "metrics.json").write_text(dumps({"fold": fold, **metrics, **(extra or {})}) + "\n")
+        trades.to_parquet(tmp / "trades.parquet")
+        bars.to_parquet(tmp / "bars.parquet")
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+        return final

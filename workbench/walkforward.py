@@ -1,0 +1,117 @@
+"""``python -m workbench.walkforward DATA``: walk-forward backtest over the folds of a bar file.
+
+Progress goes to stderr (a live dashboard on a terminal, plain lines otherwise); results go to
+stdout: the folds table, the stitched out-of-sample metrics, and the run directory on the last line
+(``--json`` prints one JSON document instead). Exit codes: 0 ok, 1 internal error, 2 usage,
+65 bad data, 66 missing input, 78 bad config, 130 interrupted.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import sys
+import traceback
+
+from rich.console import Console
+from rich.table import Table
+
+from .baselines import STRATEGIES
+from .config import describe, load_config
+from .dashboard import make_progress
+from .engine import WalkForward
+from .errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_USAGE, UsageError, WorkbenchError
+from .rundir import RunDir, dumps
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, exit 2 (STYLE.md)
+        print(f"workbench: error: {message}: see --help", file=sys.stderr)
+        raise SystemExit(EXIT_USAGE)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="python -m workbench.walkforward", description=__doc__.split("\n")[0])
+    p.add_argument("data", nargs="?", help="bars: parquet file or directory, or CSV")
+    p.add_argument("--strategy", choices=STRATEGIES, help="rule baseline to run (default: config's strategy.name)")
+    p.add_argument("--config", help="TOML run config (see --help-config for every key)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override one config key, e.g. --set splits.train=30000 (repeatable)")
+    p.add_argument("--out", help="run directory (default runs/<time>-<strategy>)")
+    p.add_argument("--force", action="store_true", help="overwrite a non-empty run directory")
+    p.add_argument("--progress", choices=("auto", "live", "plain", "none"), default="auto",
+                   help="progress on stderr: live dashboard, plain lines, or nothing (default auto)")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
+    p.add_argument("--help-config", action="store_true", help="list every config key with its default and exit")
+    p.add_argument("--debug", action="store_true", help="print tracebacks of internal errors")
+    return p
+
+
+def _print_results(result, console: Console) -> None:
+    t = Table(title=f"{result.strategy}: out-of-sample test ranges")
+    frame = result.to_frame()
+    cols = ["fold", "test", "status", "net_pnl_usd", "sharpe", "max_drawdown", "trades", "win_rate", "exposure"]
+    for c in cols:
+        t.add_column(c, justify="left" if c in ("test", "status") else "right")
+    for row in frame.to_dict(orient="records"):
+        t.add_row(*[(f"{row[c]:.4g}" if isinstance(row[c], float) else str(row[c])) for c in cols])
+    console.print(t)
+    m = result.metrics
+    s = Table(title="stitched out-of-sample", show_header=True)
+    s.add_column("metric")
+    s.add_column("value", justify="right")
+    for k, v in m.items():
+        s.add_row(k, f"{v:.6g}" if isinstance(v, float) else str(v))
+    console.print(s)
+
+
+def run(args: argparse.Namespace) -> int:
+    overrides = list(args.set)
+    if args.strategy:
+        overrides.append(f'strategy.name="{args.strategy}"')
+    cfg = load_config(args.config, overrides)
+    if not args.data:
+        raise UsageError("missing DATA argument", "e.g. python -m workbench.walkforward data/es_sample.parquet")
+    out = args.out or f"runs/{dt.datetime.now():%Y%m%d-%H%M%S}-{cfg.strategy.name}"
+    run_dir = RunDir(out, force=args.force)
+    result = WalkForward(cfg).run(args.data, progress=make_progress(args.progress), run_dir=run_dir)
+    if args.json:
+        print(dumps({"run_dir": str(run_dir.path), "strategy": result.strategy, "stitched_oos": result.metrics,
+                     "folds": result.to_frame().to_dict(orient="records")}))
+    else:
+        console = Console(file=sys.stdout, width=None if sys.stdout.isatty() else 140)
+        _print_results(result, console)
+        print(run_dir.path)
+    failed = [f for f in result.fold_results if not f.ok]
+    if failed:
+        print(f"workbench: warning: {len(failed)} fold(s) failed; see {run_dir.path}/fold_*_error.json", file=sys.stderr)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.help_config:
+        for key, default, doc in describe():
+            print(f"{key} = {default!r}  # {doc}")
+        return 0
+    try:
+        return run(args)
+    except WorkbenchError as exc:
+        print(f"workbench: error: {exc.one_line()}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("workbench: error: interrupted: finished folds are kept in the run directory", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except Exception as exc:  # an internal error: one line unless --debug
+        if args.debug:
+            traceback.print_exc()
+        print(f"workbench: error: internal error: {type(exc).__name__}: {exc}: rerun with --debug for the traceback",
+              file=sys.stderr)
+        return EXIT_INTERNAL
+
+
+def console_main() -> None:
+    raise SystemExit(main())
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
