@@ -38,7 +38,8 @@ def read_table(path: str | Path) -> pd.DataFrame:
         if p.is_dir() or p.suffix.lower() in (".parquet", ".pq"):
             return pd.read_parquet(p)
         if p.suffix.lower() in (".csv", ".txt") or p.name.lower().endswith(".csv.gz"):
-            return pd.read_csv(p)
+            # Only empty cells and NaN spellings are missing: "n/a" or "-" must surface as non-numeric.
+            return pd.read_csv(p, keep_default_na=False, na_values=["", "NaN", "nan"])
     except Exception as exc:  # pyarrow / pandas raise many types for a corrupt file
         raise DataError(f"cannot read {p}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
                         "is it a valid parquet or CSV file?") from exc

@@ -43,7 +43,7 @@ class Bars:
     @property
     def ts(self) -> np.ndarray:
         """int64 UTC nanoseconds."""
-        return self.frame.index.asi8
+        return self.frame.index.as_unit("ns").asi8
 
     @property
     def has_order_flow(self) -> bool:

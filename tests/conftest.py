@@ -1,0 +1,48 @@
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLE = ROOT / "data" / "es_sample.parquet"
+
+
+def pytest_collection_modifyitems(config, items):
+    from cuda_kernels.nb import gpu_available
+
+    if gpu_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device (none found, or running in the simulator)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def synthetic_raw() -> pd.DataFrame:
+    from workbench.synthetic import generate_bars
+
+    return generate_bars(14_000, seed=3, start="2024-02-28 17:00")
+
+
+@pytest.fixture(scope="session")
+def bars(synthetic_raw):
+    from workbench.data import load_bars
+
+    return load_bars(synthetic_raw)
+
+
+def simple_frame(n: int = 50, start: str = "2024-03-04 14:30", seed: int = 0) -> pd.DataFrame:
+    """Plain, valid OHLCV bars with a DatetimeIndex (UTC), one per minute."""
+    rng = np.random.default_rng(seed)
+    close = 100 + np.cumsum(rng.normal(0, 0.1, n))
+    open_ = np.concatenate([[100.0], close[:-1]])
+    high = np.maximum(open_, close) + 0.05
+    low = np.minimum(open_, close) - 0.05
+    idx = pd.date_range(start, periods=n, freq="min", tz="UTC", name="ts").as_unit("ns")
+    return pd.DataFrame({"open": open_, "high": high, "low": low, "close": close,
+                         "volume": rng.integers(1, 100, n).astype(float)}, index=idx)

@@ -1,0 +1,81 @@
+"""Smoke tests of the real entry point on the shipped sample."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+from workbench.walkforward import main
+
+from conftest import ROOT, SAMPLE
+
+
+@pytest.mark.parametrize("strategy", ["buy-and-hold", "momentum"])
+def test_walkforward_on_shipped_sample(strategy, tmp_path, capsys):
+    out = tmp_path / "run"
+    rc = main([str(SAMPLE), "--strategy", strategy, "--out", str(out), "--progress", "plain"])
+    cap = capsys.readouterr()
+    assert rc == 0
+    assert cap.out.strip().splitlines()[-1] == str(out)
+    assert "stitched out-of-sample" in cap.out and "252 trading days" in cap.out
+    assert "fold 5/5 done" in cap.err
+    folds = pd.read_parquet(out / "folds.parquet")
+    assert len(folds) == 5
+    for k in range(5):
+        m = json.loads((out / f"fold_{k:03d}" / "metrics.json").read_text())
+        assert m["strategy"] == strategy and m["commission_usd"] > 0
+        assert len(pd.read_parquet(out / f"fold_{k:03d}" / "bars.parquet")) == folds.loc[k, "test_stop"] - folds.loc[k, "test_start"]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["stitched_oos"]["annualization"].startswith("daily returns, 252")
+    assert "config.toml" in {p.name for p in out.iterdir()}
+    # the saved config reproduces the run exactly
+    rc = main([str(SAMPLE), "--config", str(out / "config.toml"), "--out", str(tmp_path / "again"), "--json",
+               "--progress", "none"])
+    again = json.loads(capsys.readouterr().out)
+    assert rc == 0 and again["stitched_oos"]["net_pnl_usd"] == summary["stitched_oos"]["net_pnl_usd"]
+
+
+def test_run_dir_exists_and_usage_errors(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main([str(SAMPLE), "--out", str(out), "--progress", "none", "--set", "splits.max_folds=1"]) == 0
+    capsys.readouterr()
+    assert main([str(SAMPLE), "--out", str(out), "--progress", "none"]) == 2
+    assert "exists and is not empty" in capsys.readouterr().err
+    assert main([str(SAMPLE), "--out", str(out), "--force", "--progress", "none", "--set", "splits.max_folds=1"]) == 0
+    with pytest.raises(SystemExit) as e:
+        main([str(SAMPLE), "--strategy", "astrology"])
+    assert e.value.code == 2
+    assert capsys.readouterr().err.startswith("workbench: error: argument --strategy")
+    assert main(["--out", str(tmp_path / "x")]) == 2
+
+
+def test_too_short_data_exit_65(tmp_path, capsys):
+    rc = main([str(SAMPLE), "--set", "splits.train=100000", "--out", str(tmp_path / "r"), "--progress", "none"])
+    assert rc == 65 and "data too short for one fold" in capsys.readouterr().err
+
+
+def test_module_entry_point_subprocess(tmp_path):
+    """`python -m workbench.walkforward` as a user runs it: stdout ends with the run directory."""
+    out = tmp_path / "run"
+    p = subprocess.run([sys.executable, "-m", "workbench.walkforward", str(SAMPLE), "--out", str(out),
+                        "--set", "splits.max_folds=2"], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip().splitlines()[-1] == str(out)
+    assert "fold 2/2 done" in p.stderr  # not a terminal: plain progress lines
+
+
+def test_live_dashboard_renders(tmp_path):
+    from rich.console import Console
+
+    from workbench.dashboard import LiveDashboard
+    from workbench.engine import WalkForward
+    from workbench.config import load_config
+
+    console = Console(file=open(tmp_path / "screen.txt", "w"), force_terminal=True, width=120)
+    WalkForward(load_config(None, ["splits.max_folds=2"])).run(str(SAMPLE), progress=LiveDashboard(console))
+    console.file.close()
+    screen = (tmp_path / "screen.txt").read_text()
+    assert "workbench walk-forward" in screen and "folds 2/2" in screen and "done" in screen
