@@ -21,3 +21,53 @@ def gpu_available() -> bool:
         return bool(cuda.is_available())
     except Exception:  # driver missing or broken: treat as no GPU
         return False
+
+
+class Kernel:
+    """A ``@cuda.jit`` kernel compiled on first launch with exactly its declared signature.
+
+    Compiling at import would need a driver (machines without a GPU could not even import the
+    package); compiling lazily without a signature would let Python floats specialise kernels to
+    float64. This wrapper does neither: ``kernel[grid, block, stream](...)`` compiles once with
+    ``signature`` (argument values are cast to it), and ``compile_ptx()`` checks the same signature
+    without a GPU. Numba keeps the loaded module per device; we never reset a context in-process.
+    """
+
+    def __init__(self, py_func, signature):
+        self.py_func = py_func
+        self.signature = signature
+        self.__name__ = py_func.__name__
+        self.__doc__ = py_func.__doc__
+        self._dispatcher = None
+
+    @property
+    def dispatcher(self):
+        if self._dispatcher is None:
+            self._dispatcher = cuda.jit(self.signature)(self.py_func)
+        return self._dispatcher
+
+    def __getitem__(self, launch_config):
+        return self.dispatcher[launch_config]
+
+    def compile_ptx(self, cc=(9, 0)) -> str:
+        ptx, _ = cuda.compile_ptx(self.py_func, self.signature, cc=cc)
+        return ptx
+
+
+KERNELS: list[Kernel] = []
+
+
+def kernel(signature):
+    """Decorator: declare a kernel with the signature it is launched with."""
+
+    def wrap(fn):
+        k = Kernel(fn, signature)
+        KERNELS.append(k)
+        return k
+
+    return wrap
+
+
+def device_function(fn):
+    """A device function (inlined by NVVM into the kernels that call it)."""
+    return cuda.jit(device=True)(fn)

@@ -1,0 +1,111 @@
+"""Optimiser kernels over one flat float32 parameter buffer: global grad norm + clip, Adam, Polyak/EMA.
+
+Kernel-side only (NumPy/Numba). The gradient norm is deterministic: a fixed grid of blocks each sums a
+fixed strided subset in a fixed order, then one block reduces the partial sums in a tree; no float
+atomics. The clip scale, the Adam step count and the learning rate are read from device arrays, so a
+captured graph picks up their current values on every replay.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .nb import cuda, device_function, kernel, float32, float64, int64, void
+
+NORM_BLOCKS = 256
+
+
+@device_function
+def _tree_sum_dev(s, tid, nt):
+    half = nt // 2
+    while half > 0:
+        if tid < half:
+            s[tid] += s[tid + half]
+        cuda.syncthreads()
+        half //= 2
+
+
+@kernel(void(float32[::1], int64, float64[::1]))
+def sumsq_partial_kernel(g, n, partials):
+    """partials: float64 [gridDim]; block b sums g[i]^2 over its strided subset."""
+    s = cuda.shared.array(1024, float64)
+    tid = cuda.threadIdx.x
+    nt = cuda.blockDim.x
+    acc = 0.0
+    for i in range(cuda.blockIdx.x * nt + tid, n, cuda.gridDim.x * nt):
+        v = float64(g[i])
+        acc += v * v
+    s[tid] = acc
+    cuda.syncthreads()
+    _tree_sum_dev(s, tid, nt)
+    if tid == 0:
+        partials[cuda.blockIdx.x] = s[0]
+
+
+@kernel(void(float64[::1], int64, float32, float32[::1]))
+def grad_norm_finalize_kernel(partials, n_partials, max_norm, out):
+    """One block (power-of-two threads). out: float32 [2] = (global norm, clip scale <= 1)."""
+    s = cuda.shared.array(1024, float64)
+    tid = cuda.threadIdx.x
+    nt = cuda.blockDim.x
+    acc = 0.0
+    for i in range(tid, n_partials, nt):
+        acc += partials[i]
+    s[tid] = acc
+    cuda.syncthreads()
+    _tree_sum_dev(s, tid, nt)
+    if tid == 0:
+        norm = s[0] ** 0.5
+        out[0] = float32(norm)
+        out[1] = float32(min(1.0, float64(max_norm) / (norm + 1e-6))) if max_norm > 0 else float32(1.0)
+
+
+@kernel(void(int64[::1]))
+def step_increment_kernel(step_arr):
+    if cuda.grid(1) == 0:
+        step_arr[0] += 1
+
+
+@kernel(void(float32[::1], float32[::1], float32[::1], float32[::1], int64, float32[::1], float32, float32,
+               float32, float32, int64[::1], float32[::1]))
+def adam_kernel(p, g, m, v, n, lr_arr, beta1, beta2, eps, weight_decay, step_arr, clip):
+    """p, g, m, v: float32 [n]; lr_arr: float32 [1]; step_arr: int64 [1] (1-based, already incremented);
+    clip: float32 [2] from ``grad_norm_finalize_kernel`` (the scale is clip[1])."""
+    t = float64(step_arr[0])
+    bc1 = 1.0 - float64(beta1) ** t
+    bc2 = 1.0 - float64(beta2) ** t
+    lr = float64(lr_arr[0])
+    scale = clip[1]
+    for i in range(cuda.grid(1), n, cuda.gridsize(1)):
+        gi = g[i] * scale
+        mi = beta1 * m[i] + (float32(1.0) - beta1) * gi
+        vi = beta2 * v[i] + (float32(1.0) - beta2) * gi * gi
+        m[i] = mi
+        v[i] = vi
+        upd = (mi / bc1) / ((vi / bc2) ** 0.5 + eps) + weight_decay * p[i]
+        p[i] = float32(p[i] - lr * upd)
+
+
+@kernel(void(float32[::1], float32[::1], int64, float32))
+def ema_kernel(target, online, n, tau):
+    """target <- (1 - tau) * target + tau * online, over one flat buffer."""
+    for i in range(cuda.grid(1), n, cuda.gridsize(1)):
+        target[i] = (float32(1.0) - tau) * target[i] + tau * online[i]
+
+
+# ---- NumPy references ----
+
+def grad_norm_ref(g: np.ndarray, max_norm: float) -> tuple[float, float]:
+    norm = float(np.sqrt(np.sum(g.astype(np.float64) ** 2)))
+    return norm, (min(1.0, max_norm / (norm + 1e-6)) if max_norm > 0 else 1.0)
+
+
+def adam_ref(p, g, m, v, lr, beta1, beta2, eps, weight_decay, step, scale):
+    g = g.astype(np.float64) * scale
+    m = beta1 * m + (1 - beta1) * g
+    v = beta2 * v + (1 - beta2) * g * g
+    upd = (m / (1 - beta1**step)) / (np.sqrt(v / (1 - beta2**step)) + eps) + weight_decay * p
+    return (p - lr * upd).astype(np.float32), m.astype(np.float32), v.astype(np.float32)
+
+
+def ema_ref(target, online, tau):
+    return ((1 - tau) * target + tau * online).astype(np.float32)

@@ -1,0 +1,158 @@
+"""Proportional prioritised replay (Schaul et al. 2016) on the device: sampling, weights, updates, insertion.
+
+Kernel-side only (NumPy/Numba). Sizes, counters and hyper-parameters are arguments; running state that
+changes between graph replays (fill count, write pointer, step, max priority) lives in small device arrays.
+
+- Sampling is stratified: sample i draws u from Philox at counter (i, step, TAG_PER) and looks for
+  ``(i + u) * total / batch`` in the inclusive prefix sum of priorities (binary search). The total is
+  read from device memory (``cumsum[size - 1]``), never from the host.
+- Importance weights ``(size * p_i / total) ** -beta``, divided by the batch maximum.
+- Priority update: ``(|td| + eps) ** alpha``. Indices outside ``[0, capacity)`` are skipped and
+  counted in ``bad_count``. When a batch holds an index twice, the sample with the highest batch
+  position wins (claimed with an integer atomic max), so the result does not depend on thread order.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .nb import cuda, device_function, kernel, float32, float64, int32, int64, uint32, void
+from .philox import uniform4_dev
+
+TAG_PER = 0x5045
+
+
+@kernel(void(float64[::1], int64[::1], int64, float32, uint32, uint32, int64[::1], int64[::1], float32[::1]))
+def per_sample_kernel(cumsum, size_arr, batch, beta, k0, k1, step_arr, out_idx, out_w):
+    """cumsum: float64 [capacity]; size_arr/step_arr: int64 [1]; out_idx: int64 [batch]; out_w: float32 [batch]."""
+    i = cuda.grid(1)
+    if i >= batch:
+        return
+    n = size_arr[0]
+    if n <= 0:
+        out_idx[i] = 0
+        out_w[i] = 0.0
+        return
+    total = cumsum[n - 1]
+    u, _a, _b, _c = uniform4_dev(i, step_arr[0], TAG_PER, k0, k1)
+    thr = (float64(i) + float64(u)) * total / float64(batch)
+    lo, hi = 0, n - 1
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if cumsum[mid] > thr:
+            hi = mid
+        else:
+            lo = mid + 1
+    j = min(max(lo, 0), n - 1)
+    p = cumsum[j] - (cumsum[j - 1] if j > 0 else 0.0)
+    out_idx[i] = j
+    out_w[i] = float32((float64(n) * p / total) ** (-float64(beta))) if p > 0 else float32(0.0)
+
+
+@kernel(void(float32[::1], int64))
+def normalize_weights_kernel(w, batch):
+    """One block: divide the weights by their maximum (a fixed-order tree reduction)."""
+    s = cuda.shared.array(1024, float32)
+    tid = cuda.threadIdx.x
+    nt = cuda.blockDim.x
+    m = float32(0.0)
+    for i in range(tid, batch, nt):
+        m = max(m, w[i])
+    s[tid] = m
+    cuda.syncthreads()
+    half = nt // 2
+    while half > 0:
+        if tid < half:
+            s[tid] = max(s[tid], s[tid + half])
+        cuda.syncthreads()
+        half //= 2
+    top = s[0]
+    if top > 0:
+        for i in range(tid, batch, nt):
+            w[i] = w[i] / top
+
+
+@kernel(void(int64[::1], int32[::1], int64, int64, int32[::1]))
+def priority_claim_kernel(idx, owner, batch, capacity, bad_count):
+    """owner: int32 [capacity], -1 where unclaimed; bad_count: int32 [1]."""
+    i = cuda.grid(1)
+    if i >= batch:
+        return
+    j = idx[i]
+    if j < 0 or j >= capacity:
+        cuda.atomic.add(bad_count, 0, 1)
+        return
+    cuda.atomic.max(owner, j, i)
+
+
+@kernel(void(float32[::1], int64[::1], float32[::1], int32[::1], int64, int64, float32, float32, float32[::1]))
+def priority_write_kernel(prio, idx, td, owner, batch, capacity, alpha, eps, max_prio):
+    """prio: float32 [capacity]; td: float32 [batch] (loss or |TD error|); max_prio: float32 [1]."""
+    i = cuda.grid(1)
+    if i >= batch:
+        return
+    j = idx[i]
+    if j < 0 or j >= capacity or owner[j] != i:
+        return
+    p = (abs(td[i]) + eps) ** alpha
+    prio[j] = p
+    cuda.atomic.max(max_prio, 0, p)
+
+
+@kernel(void(int64[::1], int32[::1], int64, int64))
+def priority_release_kernel(idx, owner, batch, capacity):
+    i = cuda.grid(1)
+    if i >= batch:
+        return
+    j = idx[i]
+    if 0 <= j < capacity:
+        owner[j] = -1
+
+
+@kernel(void(int32[:, ::1], float32[:, ::1], int32[:, ::1], float32[:, ::1], float32[::1], float32[::1],
+               int64[::1], int64[::1], int64, int64))
+def replay_insert_kernel(int_store, float_store, int_new, float_new, prio, max_prio, ptr_arr, size_arr, n_new, capacity):
+    """Write n_new transitions at the ring position ``ptr_arr[0]``; each gets the current max priority."""
+    j = cuda.grid(1)
+    if j >= n_new:
+        return
+    slot = (ptr_arr[0] + j) % capacity
+    for c in range(int_store.shape[1]):
+        int_store[slot, c] = int_new[j, c]
+    for c in range(float_store.shape[1]):
+        float_store[slot, c] = float_new[j, c]
+    prio[slot] = max_prio[0]
+
+
+@kernel(void(int64[::1], int64[::1], int64, int64))
+def replay_advance_kernel(ptr_arr, size_arr, n_new, capacity):
+    """One thread, launched after the insert: move the write pointer and grow the fill count."""
+    if cuda.grid(1) == 0:
+        ptr_arr[0] = (ptr_arr[0] + n_new) % capacity
+        size_arr[0] = min(size_arr[0] + n_new, capacity)
+
+
+# ---- NumPy references ----
+
+def per_sample_ref(prio: np.ndarray, size: int, batch: int, beta: float, k0: int, k1: int, step: int):
+    from .philox import philox4x32_10_ref
+
+    cumsum = np.cumsum(prio[:size].astype(np.float64))
+    total = cumsum[-1]
+    i = np.arange(batch, dtype=np.uint64)
+    ctr = np.stack([i, np.full_like(i, step), np.full_like(i, TAG_PER), np.zeros_like(i)], axis=-1)
+    words = philox4x32_10_ref(ctr, np.broadcast_to(np.array([k0, k1], np.uint64), (batch, 2)))[:, 0]
+    u = (words.astype(np.uint64) >> np.uint64(8)).astype(np.float32) * np.float32(1.0 / 16777216.0)
+    thr = (np.arange(batch) + u.astype(np.float64)) * total / batch
+    idx = np.minimum(np.searchsorted(cumsum, thr, side="right"), size - 1)
+    p = cumsum[idx] - np.where(idx > 0, cumsum[np.maximum(idx - 1, 0)], 0.0)
+    w = (size * p / total) ** (-beta)
+    return idx.astype(np.int64), (w / w.max()).astype(np.float32)
+
+
+def priority_update_ref(prio: np.ndarray, idx: np.ndarray, td: np.ndarray, alpha: float, eps: float):
+    out = prio.copy()
+    for i in range(len(idx)):  # later batch positions win, as in the kernel
+        if 0 <= idx[i] < len(prio):
+            out[idx[i]] = (abs(td[i]) + eps) ** alpha
+    bad = int(np.sum((idx < 0) | (idx >= len(prio))))
+    return out, bad

@@ -1,0 +1,48 @@
+"""Compile every kernel to PTX for sm_90 with the signature it is launched with (no GPU needed).
+
+``python -m cuda_kernels.ptx_check`` (run with ``NUMBA_ENABLE_CUDASIM=0``; needs NVVM, which
+``numba-cuda[cu13]`` brings). The simulator does no type checking, so this is where dtype and layout
+errors in kernels surface before a GPU sees them. Exit 1 and the kernel's name on the first failure.
+"""
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import sys
+import time
+
+
+def main() -> int:
+    import cuda_kernels
+    from cuda_kernels.nb import KERNELS, SIMULATOR
+
+    if SIMULATOR:
+        print("ptx_check: unset NUMBA_ENABLE_CUDASIM: the simulator cannot compile PTX", file=sys.stderr)
+        return 2
+    # Device functions compile for "the current device" (numba-cuda asks the driver for its compute
+    # capability); with no GPU there is none, so tell the dispatcher it is an sm_90 part.
+    import numba.cuda.dispatcher as dispatcher
+
+    class _Sm90:
+        compute_capability = (9, 0)
+
+    dispatcher.get_current_device = lambda: _Sm90()
+    for mod in pkgutil.iter_modules(cuda_kernels.__path__):
+        if mod.name not in ("nb", "ptx_check"):
+            importlib.import_module(f"cuda_kernels.{mod.name}")
+    failures = 0
+    for k in KERNELS:
+        t0 = time.perf_counter()
+        try:
+            ptx = k.compile_ptx((9, 0))
+            assert ".target sm_90" in ptx
+            print(f"ok   {k.py_func.__module__}.{k.__name__} ({len(ptx)} bytes, {time.perf_counter() - t0:.1f}s)")
+        except Exception as exc:  # report every failing kernel, then fail
+            failures += 1
+            print(f"FAIL {k.py_func.__module__}.{k.__name__}: {type(exc).__name__}: {exc}")
+    print(f"{len(KERNELS) - failures} kernels compiled, {failures} failed")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
