@@ -33,17 +33,17 @@ def scan_tiles_kernel(x, out, tile_sums, n):
     tid = cuda.threadIdx.x
     nt = cuda.blockDim.x
     base = cuda.blockIdx.x * nt * ITEMS + tid * ITEMS
-    acc = 0.0
+    acc = float64(0.0)  # explicit: the simulator would keep float32 + 0.0 in float32
     for j in range(ITEMS):
         if base + j < n:
-            acc += x[base + j]
+            acc += float64(x[base + j])
     s[tid] = acc
     cuda.syncthreads()
     _block_inclusive_scan_dev(s, tid, nt)
     run = s[tid] - acc  # exclusive prefix of this thread
     for j in range(ITEMS):
         if base + j < n:
-            run += x[base + j]
+            run += float64(x[base + j])
             out[base + j] = run
     if tid == nt - 1:
         tile_sums[cuda.blockIdx.x] = s[tid]

@@ -1,6 +1,10 @@
 from __future__ import annotations
 
 import os
+
+# Kernels run in Numba's CUDA simulator unless a real GPU is there (this must precede any Numba import).
+if "NUMBA_ENABLE_CUDASIM" not in os.environ and not os.path.exists("/dev/nvidia0"):
+    os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
 from pathlib import Path
 
 import numpy as np
