@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# One call on the lent GPU: the gpu-marked tests, every kernel test on the real device, the PTX
+# check, then the micro-benchmarks. Usage (device tool, carry [".whl"]):
+#   bash bench/gpu_check.sh        (writes logs and JSON under $OUT when set)
+set -uo pipefail
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+  && export PYTHONPATH=/tmp/site:$PWD || exit 1
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee "$OUT/nvidia-smi.txt"
+python3 -c "import numpy, numba, numba_cuda; print('numpy', numpy.__version__, 'numba', numba.__version__)"
+python3 -m pytest -q -p no:cacheprovider tests/test_gpu.py tests/test_kernels.py 2>&1 | tee "$OUT/pytest.txt"
+python3 bench/micro.py --json "$OUT/micro.json" 2>&1 | tee "$OUT/micro.txt"

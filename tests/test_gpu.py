@@ -1,0 +1,148 @@
+"""Device runtime on a real GPU: graph capture with cuBLAS and Numba kernels, readbacks, host slots.
+
+Marked ``gpu``: skipped without a device (``bench/gpu_check.sh`` runs them on the lent H200).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from numba import cuda
+
+from cuda_kernels import c51, dense, optim
+from workbench.cublas import Cublas
+from workbench.device import Device, HostSlot, Readback
+
+pytestmark = pytest.mark.gpu
+RNG = np.random.default_rng()
+
+
+@pytest.fixture(scope="module")
+def device():
+    return Device()
+
+
+@pytest.fixture(scope="module")
+def blas(device):
+    return Cublas(device)
+
+
+def _rel(a, b):
+    return float(np.linalg.norm(a - b) / np.linalg.norm(b))
+
+
+@pytest.mark.parametrize("ta,tb", [(0, 0), (1, 0), (0, 1)])
+def test_cublas_matches_float64_and_numba(device, blas, ta, tb):
+    M, N, K = 1024, 510, 512
+    A = RNG.normal(size=(K, M) if ta else (M, K)).astype(np.float32)
+    B = RNG.normal(size=(N, K) if tb else (K, N)).astype(np.float32)
+    C0 = RNG.normal(size=(M, N)).astype(np.float32)
+    ref = dense.gemm_ref(A, B, C0, ta, tb, 1.0, 0.5)
+    dA, dB = cuda.to_device(A, stream=device.stream), cuda.to_device(B, stream=device.stream)
+    dC = cuda.to_device(C0, stream=device.stream)
+    blas.gemm(dA, dB, dC, ta, tb, 1.0, 0.5)
+    device.synchronize()
+    assert _rel(dC.copy_to_host(), ref) < 1e-5
+    nC = cuda.to_device(C0, stream=device.stream)
+    dense.gemm_kernel[dense.gemm_grid(M, N), dense.THREADS, device.stream](dA, dB, nC, M, N, K, ta, tb, 1.0, 0.5)
+    device.synchronize()
+    assert _rel(nC.copy_to_host(), ref) < 1e-5
+
+
+def test_tf32_accuracy_is_reported_not_assumed(device):
+    blas = Cublas(device, math="tf32")
+    M = N = K = 512
+    A, B = RNG.normal(size=(M, K)).astype(np.float32), RNG.normal(size=(K, N)).astype(np.float32)
+    dC = cuda.device_array((M, N), np.float32)
+    blas.gemm(cuda.to_device(A), cuda.to_device(B), dC)
+    device.synchronize()
+    err = _rel(dC.copy_to_host(), A.astype(np.float64) @ B)
+    assert 1e-6 < err < 3e-3  # tensor-core TF32: about 3e-4 expected, never fp32-exact
+
+
+def test_graph_with_cublas_and_numba_equals_eager(device, blas):
+    """A forward pass + head + C51 loss + Adam: eager once, then captured and replayed; bit-equal."""
+    B, D, H, atoms = 256, 32, 128, 51
+    nb, sizes, offs = 3, np.array([3, 3, 3], np.int32), np.array([0, 3, 6], np.int32)
+    W = atoms * 10
+    s = device.stream
+    x = cuda.to_device(RNG.normal(size=(B, D)).astype(np.float32), stream=s)
+    w1 = cuda.to_device((RNG.normal(size=(D, H)) * 0.2).astype(np.float32), stream=s)
+    b1 = cuda.to_device(RNG.normal(size=H).astype(np.float32) * 0.1, stream=s)
+    w2 = cuda.to_device((RNG.normal(size=(H, W)) * 0.1).astype(np.float32), stream=s)
+    support = cuda.to_device(np.linspace(-1, 1, atoms).astype(np.float32), stream=s)
+    h, head = cuda.device_array((B, H), np.float32, stream=s), cuda.device_array((B, W), np.float32, stream=s)
+    logp, q = cuda.device_array((B, 9, atoms), np.float32, stream=s), cuda.device_array((B, 9), np.float32, stream=s)
+    acts = cuda.to_device(RNG.integers(0, 3, (B, nb)).astype(np.int32), stream=s)
+    rew = cuda.to_device(RNG.normal(0, 0.3, B).astype(np.float32), stream=s)
+    done = cuda.to_device(np.zeros(B, np.float32), stream=s)
+    isw = cuda.to_device(np.ones(B, np.float32), stream=s)
+    dhead, loss = cuda.device_array((B, W), np.float32, stream=s), cuda.device_array(B, np.float32, stream=s)
+    dw2 = cuda.device_array((H, W), np.float32, stream=s)
+    flat_w2 = w2.reshape(H * W)
+    m, v = cuda.to_device(np.zeros(H * W, np.float32), stream=s), cuda.to_device(np.zeros(H * W, np.float32), stream=s)
+    parts, clip = cuda.device_array(optim.NORM_BLOCKS, np.float64, stream=s), cuda.device_array(2, np.float32, stream=s)
+    step, lr = cuda.to_device(np.zeros(1, np.int64), stream=s), cuda.to_device(np.array([1e-3], np.float32), stream=s)
+    dsizes, doffs = cuda.to_device(sizes, stream=s), cuda.to_device(offs, stream=s)
+
+    def train_step(st):
+        blas.gemm(x, w1, h)
+        dense.bias_act_kernel[256, 256, st](h, b1, B, H, dense.ACT_RELU)
+        blas.gemm(h, w2, head)
+        c51.dueling_head_kernel[(B * nb + 127) // 128, 128, st](head, B, nb, dsizes, doffs, atoms, support, logp, q)
+        c51.c51_loss_kernel[(B + 127) // 128, 128, st](logp, q, logp, acts, rew, done, 0.97, -1.0, 1.0, atoms, isw, nb,
+                                                       dsizes, doffs, 1.0 / B, dhead, loss, B)
+        blas.gemm(h, dhead, dw2, 1, 0)
+        optim.sumsq_partial_kernel[optim.NORM_BLOCKS, 256, st](dw2.reshape(H * W), H * W, parts)
+        optim.grad_norm_finalize_kernel[1, 256, st](parts, optim.NORM_BLOCKS, 10.0, clip)
+        optim.step_increment_kernel[1, 1, st](step)
+        optim.adam_kernel[256, 256, st](flat_w2, dw2.reshape(H * W), m, v, H * W, lr, 0.9, 0.999, 1e-8, 0.0, step, clip)
+
+    w2_0, m0, v0 = w2.copy_to_host(), m.copy_to_host(), v.copy_to_host()
+    for _ in range(3):
+        train_step(s)
+    device.synchronize()
+    eager = (w2.copy_to_host(), loss.copy_to_host(), q.copy_to_host())
+    # reset the state, capture one step, replay it three times
+    w2.copy_to_device(w2_0, stream=s)
+    m.copy_to_device(m0, stream=s)
+    v.copy_to_device(v0, stream=s)
+    step.copy_to_device(np.zeros(1, np.int64), stream=s)
+    device.synchronize()
+    graph = device.capture(train_step)
+    assert graph.n_nodes >= 10
+    graph.replay(3)
+    device.synchronize()
+    replayed = (w2.copy_to_host(), loss.copy_to_host(), q.copy_to_host())
+    for a, b in zip(eager, replayed):
+        assert np.array_equal(a, b)
+    assert step.copy_to_host()[0] == 3
+
+
+def test_readback_and_host_slot_inside_a_graph(device):
+    s = device.stream
+    target = cuda.to_device(np.zeros(8, np.float32), stream=s)
+    online = cuda.to_device(np.ones(8, np.float32), stream=s)
+    lr_dev = cuda.to_device(np.zeros(1, np.float32), stream=s)
+    slot = HostSlot(device, lr_dev)
+    step = cuda.to_device(np.zeros(1, np.int64), stream=s)
+    optim.step_increment_kernel[1, 1, s](step)
+    optim.ema_kernel[1, 32, s](target, online, 8, 0.5)
+    device.synchronize()
+
+    def fn(st):
+        slot.enqueue(st)
+        optim.step_increment_kernel[1, 1, st](step)
+
+    g = device.capture(fn)
+    rb = Readback(device, {"lr": lr_dev, "step": step, "target": target})
+    for k, value in enumerate((0.25, 0.5, 0.125)):
+        slot.value[0] = value
+        g.replay(1)
+        got = rb.read()
+        assert got["lr"][0] == value and got["step"][0] == 2 + k
+    assert np.allclose(got["target"], 0.5)
+    t0, t1 = device.event().record(), None
+    g.replay(100)
+    t1 = device.event().record()
+    assert t0.elapsed_ms(t1) > 0

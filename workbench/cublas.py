@@ -1,0 +1,75 @@
+"""cuBLAS SGEMM through ctypes, bound to the device's stream, with a user workspace so nothing is
+allocated under graph capture (seen working on the H200: captures into the same graph as Numba
+kernels). Row-major matrices, the same contract as ``cuda_kernels.dense.gemm_kernel``:
+``C = alpha * op(A) @ op(B) + beta * C``.
+
+Math modes: ``fp32`` (default, CUBLAS_DEFAULT_MATH with TF32 disallowed) and ``tf32``
+(CUBLAS_TF32_TENSOR_OP_MATH), the latter only once its accuracy against fp32 is shown.
+"""
+from __future__ import annotations
+
+import ctypes
+
+from cuda_kernels.nb import cuda
+
+from .device import Device, DeviceError, device_pointer
+
+OP_N, OP_T = 0, 1
+MATH = {"fp32": 0 | 16, "tf32": 3}  # CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION; TF32
+
+
+class CublasUnavailable(DeviceError):
+    """No cuBLAS library could be loaded (use the Numba GEMM fallback)."""
+
+
+class Cublas:
+    def __init__(self, device: Device, workspace_bytes: int = 32 << 20, math: str = "fp32"):
+        if device.simulator:
+            raise CublasUnavailable("cuBLAS needs a real GPU")
+        try:
+            from cuda.pathfinder import load_nvidia_dynamic_lib
+
+            self.lib = ctypes.CDLL(load_nvidia_dynamic_lib("cublas").abs_path)
+        except Exception as exc:
+            raise CublasUnavailable(f"cannot load cuBLAS: {exc}", "pip install nvidia-cublas (the 'gpu' extra)") from exc
+        self.device = device
+        self.handle = ctypes.c_void_p()
+        self._check(self.lib.cublasCreate_v2(ctypes.byref(self.handle)), "cublasCreate_v2")
+        self._check(self.lib.cublasSetStream_v2(self.handle, ctypes.c_void_p(int(device.raw_stream))), "cublasSetStream_v2")
+        self.workspace = cuda.device_array(workspace_bytes, dtype="uint8")
+        self._check(self.lib.cublasSetWorkspace_v2(self.handle, ctypes.c_void_p(device_pointer(self.workspace)),
+                                                   ctypes.c_size_t(workspace_bytes)), "cublasSetWorkspace_v2")
+        self.set_math(math)
+        self.lib.cublasSgemm_v2.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                                            ctypes.c_int, ctypes.POINTER(ctypes.c_float), ctypes.c_void_p, ctypes.c_int,
+                                            ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(ctypes.c_float),
+                                            ctypes.c_void_p, ctypes.c_int]
+
+    @staticmethod
+    def _check(status: int, call: str) -> None:
+        if status != 0:
+            raise DeviceError(f"{call} failed: cublasStatus {status}")
+
+    def set_math(self, math: str) -> None:
+        if math not in MATH:
+            raise DeviceError(f"unknown cuBLAS math mode {math!r}", f"choose one of {', '.join(MATH)}")
+        self._check(self.lib.cublasSetMathMode(self.handle, MATH[math]), "cublasSetMathMode")
+        self.math = math
+
+    def gemm(self, A, B, C, trans_a: int = 0, trans_b: int = 0, alpha: float = 1.0, beta: float = 0.0) -> None:
+        """Row-major ``C[M, N] = alpha * op(A) @ op(B) + beta * C`` (cuBLAS sees the transposed problem)."""
+        M, N = C.shape
+        K = A.shape[0] if trans_a else A.shape[1]
+        lda = M if trans_a else K
+        ldb = K if trans_b else N
+        a, b = ctypes.c_float(alpha), ctypes.c_float(beta)
+        self._check(self.lib.cublasSgemm_v2(self.handle, OP_T if trans_b else OP_N, OP_T if trans_a else OP_N,
+                                            N, M, K, ctypes.byref(a), ctypes.c_void_p(device_pointer(B)), ldb,
+                                            ctypes.c_void_p(device_pointer(A)), lda, ctypes.byref(b),
+                                            ctypes.c_void_p(device_pointer(C)), N), "cublasSgemm_v2")
+
+    def __del__(self):
+        try:
+            self.lib.cublasDestroy_v2(self.handle)
+        except Exception:  # shutdown
+            pass

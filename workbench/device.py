@@ -1,0 +1,229 @@
+"""Device runtime on the CUDA driver API (``cuda.bindings.driver``): one non-blocking stream, graph
+capture and replay, raw scalar readbacks into pinned memory, pinned host-to-device slots, events.
+
+Capture rules (GPU_NOTES.md; each one was seen to break a capture):
+
+- everything is allocated before capture (no ``cuda.device_array`` / ``to_device`` / host arrays as
+  kernel arguments inside ``fn``), every kernel has been launched once (compiled and loaded) first;
+- ``fn`` enqueues on ``device.stream`` only; nothing synchronises inside it;
+- capture runs inside ``cuda.defer_cleanup()`` so Numba's deferred frees cannot fire mid-capture;
+- Python scalars passed to kernels are frozen into the graph: values that change between replays
+  live in device arrays, fed from the host through :class:`HostSlot` copies captured in the graph.
+
+In Numba's simulator there is no driver: :meth:`Device.capture` returns a graph that runs ``fn``
+eagerly on every replay, and readbacks use ``copy_to_host``, so the same code path runs in CI.
+Every driver call's result is checked; a failure names the call.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from cuda_kernels.nb import SIMULATOR, cuda
+
+from .errors import WorkbenchError
+
+
+class DeviceError(WorkbenchError):
+    """A CUDA driver call failed."""
+
+
+def _drv():
+    from cuda.bindings import driver
+
+    return driver
+
+
+def check(result, call: str):
+    """Raise :class:`DeviceError` unless ``result`` (a cuda-bindings tuple) reports success."""
+    drv = _drv()
+    err = result[0] if isinstance(result, tuple) else result
+    if err != drv.CUresult.CUDA_SUCCESS:
+        _, name = drv.cuGetErrorName(err)
+        raise DeviceError(f"{call} failed: {name.decode() if isinstance(name, bytes) else name}")
+    if isinstance(result, tuple):
+        rest = result[1:]
+        return rest[0] if len(rest) == 1 else (rest or None)
+    return None
+
+
+def device_pointer(arr) -> int:
+    return int(arr.__cuda_array_interface__["data"][0])
+
+
+class Graph:
+    """An instantiated CUDA graph; ``replay(n)`` launches it ``n`` times on the device's stream."""
+
+    def __init__(self, device: "Device", graph, exec_graph, n_nodes: int):
+        self.device, self._graph, self._exec, self.n_nodes = device, graph, exec_graph, n_nodes
+
+    def replay(self, n: int = 1) -> None:
+        drv = _drv()
+        for _ in range(n):
+            check(drv.cuGraphLaunch(self._exec, self.device.raw_stream), "cuGraphLaunch")
+
+    def __del__(self):
+        try:
+            drv = _drv()
+            drv.cuGraphExecDestroy(self._exec)
+            drv.cuGraphDestroy(self._graph)
+        except Exception:  # interpreter shutdown or a dead context: nothing left to free
+            pass
+
+
+class EagerGraph:
+    """Simulator stand-in: replaying runs the captured function again."""
+
+    n_nodes = 0
+
+    def __init__(self, device: "Device", fn):
+        self.device, self.fn = device, fn
+
+    def replay(self, n: int = 1) -> None:
+        for _ in range(n):
+            self.fn(self.device.stream)
+
+
+@dataclass
+class DeviceInfo:
+    name: str
+    compute_capability: tuple[int, int]
+    multiprocessors: int
+    max_threads_per_block: int
+    shared_memory_per_block_optin: int
+    total_memory: int
+
+
+class Device:
+    """The GPU (or the simulator) with one non-blocking stream."""
+
+    def __init__(self):
+        self.simulator = SIMULATOR
+        if self.simulator:
+            self.stream = cuda.stream()
+            self.raw_stream = None
+            self.info = DeviceInfo("simulator", (0, 0), 1, 1024, 48 * 1024, 0)
+            return
+        drv = _drv()
+        cuda.current_context()  # Numba's primary context becomes current for the driver calls below
+        self.raw_stream = check(drv.cuStreamCreate(drv.CUstream_flags.CU_STREAM_NON_BLOCKING), "cuStreamCreate")
+        self.stream = cuda.external_stream(int(self.raw_stream))
+        dev = cuda.get_current_device()
+        handle = check(drv.cuCtxGetDevice(), "cuCtxGetDevice")
+        A = drv.CUdevice_attribute
+
+        def attr(a):
+            return int(check(drv.cuDeviceGetAttribute(a, handle), f"cuDeviceGetAttribute({a.name})"))
+
+        self.info = DeviceInfo(
+            name=dev.name.decode() if isinstance(dev.name, bytes) else str(dev.name),
+            compute_capability=tuple(dev.compute_capability),
+            multiprocessors=attr(A.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT),
+            max_threads_per_block=attr(A.CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK),
+            shared_memory_per_block_optin=attr(A.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN),
+            total_memory=int(check(drv.cuDeviceTotalMem(handle), "cuDeviceTotalMem")),
+        )
+
+    # ---- graphs ----
+    def capture(self, fn) -> Graph | EagerGraph:
+        """Capture what ``fn(stream)`` enqueues into an instantiated graph."""
+        if self.simulator:
+            return EagerGraph(self, fn)
+        drv = _drv()
+        mode = drv.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
+        check(drv.cuStreamBeginCapture(self.raw_stream, mode), "cuStreamBeginCapture")
+        try:
+            with cuda.defer_cleanup():
+                fn(self.stream)
+        except BaseException:
+            drv.cuStreamEndCapture(self.raw_stream)  # leave the stream usable; the error is fn's
+            raise
+        graph = check(drv.cuStreamEndCapture(self.raw_stream), "cuStreamEndCapture (was something "
+                      "allocated, synchronised or launched on another stream inside the capture?)")
+        exec_graph = check(drv.cuGraphInstantiate(graph, 0), "cuGraphInstantiate")
+        _, n = check(drv.cuGraphGetNodes(graph, 0), "cuGraphGetNodes")
+        return Graph(self, graph, exec_graph, int(n))
+
+    # ---- synchronisation and timing ----
+    def synchronize(self) -> None:
+        """Host sync point: waits for all work on the stream."""
+        if self.simulator:
+            return
+        check(_drv().cuStreamSynchronize(self.raw_stream), "cuStreamSynchronize")
+
+    def event(self) -> "Event":
+        return Event(self)
+
+
+class Event:
+    """A CUDA event on the device's stream (host clock in the simulator)."""
+
+    def __init__(self, device: Device):
+        self.device = device
+        self._t = None
+        if not device.simulator:
+            drv = _drv()
+            self._ev = check(drv.cuEventCreate(drv.CUevent_flags.CU_EVENT_DEFAULT), "cuEventCreate")
+
+    def record(self) -> "Event":
+        if self.device.simulator:
+            self._t = time.perf_counter()
+        else:
+            check(_drv().cuEventRecord(self._ev, self.device.raw_stream), "cuEventRecord")
+        return self
+
+    def elapsed_ms(self, later: "Event") -> float:
+        """Milliseconds from this event to ``later`` (synchronises on ``later``)."""
+        if self.device.simulator:
+            return (later._t - self._t) * 1e3
+        drv = _drv()
+        check(drv.cuEventSynchronize(later._ev), "cuEventSynchronize")
+        return float(check(drv.cuEventElapsedTime(self._ev, later._ev), "cuEventElapsedTime"))
+
+
+class Readback:
+    """Device scalars read back together: one ``cuMemcpyDtoHAsync`` each into one long-lived pinned
+    buffer, then a single stream synchronisation (the only host sync of an epoch)."""
+
+    def __init__(self, device: Device, sources: dict[str, object]):
+        self.device = device
+        self.sources = dict(sources)
+        self.offsets, total = {}, 0
+        for name, arr in self.sources.items():
+            total = (total + 7) // 8 * 8
+            self.offsets[name] = (total, arr.dtype, arr.size)
+            total += arr.dtype.itemsize * arr.size
+        self.host = cuda.pinned_array(max(total, 8), dtype=np.uint8)
+
+    def read(self) -> dict[str, np.ndarray]:
+        if self.device.simulator:
+            return {k: np.array(v.copy_to_host()) for k, v in self.sources.items()}
+        drv = _drv()
+        base = self.host.ctypes.data
+        for name, arr in self.sources.items():
+            off, dtype, size = self.offsets[name]
+            check(drv.cuMemcpyDtoHAsync(base + off, device_pointer(arr), dtype.itemsize * size, self.device.raw_stream),
+                  f"cuMemcpyDtoHAsync({name})")
+        self.device.synchronize()  # the sync point
+        out = {}
+        for name, (off, dtype, size) in self.offsets.items():
+            out[name] = self.host[off:off + dtype.itemsize * size].view(dtype).copy()
+        return out
+
+
+class HostSlot:
+    """A device array fed from pinned host memory by a copy that can sit inside a graph: write
+    ``slot.value[...]`` on the host before a replay; the captured ``enqueue()`` copies it in."""
+
+    def __init__(self, device: Device, dev_array):
+        self.device, self.dev_array = device, dev_array
+        self.value = cuda.pinned_array(dev_array.shape, dtype=dev_array.dtype)
+
+    def enqueue(self, stream=None) -> None:
+        if self.device.simulator:
+            self.dev_array.copy_to_device(np.array(self.value))
+            return
+        check(_drv().cuMemcpyHtoDAsync(device_pointer(self.dev_array), self.value.ctypes.data, self.value.nbytes,
+                                       self.device.raw_stream), "cuMemcpyHtoDAsync")

@@ -1,0 +1,52 @@
+"""GPU profiles (``config/gpu/*.toml``): sizes scaled to the card, chosen by device name.
+
+``WORKBENCH_GPU_PROFILE`` (a profile name or a TOML path) overrides the choice; a device that no
+profile matches gets ``default``. Limits that matter to kernels (shared memory per block, threads per
+block) are never in a profile: they are queried from the device (:class:`workbench.device.DeviceInfo`).
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import config as _config
+from .errors import ConfigError
+from .resources import config_dir
+
+
+@dataclass(frozen=True)
+class GpuProfile:
+    name: str = _config._f("default", "profile name")
+    match: tuple[str, ...] = _config._f((), "device-name substrings that select this profile")
+    hidden: int = _config._f(256, "MLP trunk width")
+    atoms: int = _config._f(51, "C51 atoms")
+    batch: int = _config._f(256, "replay batch per training step")
+    n_envs: int = _config._f(256, "parallel environments")
+    replay_vram_fraction: float = _config._f(0.05, "share of free device memory for the replay ring")
+    gemm: str = _config._f("numba", "'cublas' or 'numba'")
+    math: str = _config._f("fp32", "'fp32' or 'tf32'")
+
+
+def load_profile(name_or_path: str) -> GpuProfile:
+    path = Path(name_or_path) if name_or_path.endswith(".toml") else config_dir() / "gpu" / f"{name_or_path}.toml"
+    if not path.is_file():
+        known = ", ".join(sorted(p.stem for p in (config_dir() / "gpu").glob("*.toml")))
+        raise ConfigError(f"unknown GPU profile '{name_or_path}'", f"known profiles: {known}")
+    prof = _config.build(GpuProfile, _config.read_toml(path), prefix="gpu.")
+    if prof.gemm not in ("cublas", "numba") or prof.math not in ("fp32", "tf32"):
+        raise ConfigError(f"GPU profile {path}: gemm must be cublas|numba and math fp32|tf32")
+    if not (0 < prof.replay_vram_fraction < 1) or prof.atoms < 2 or prof.atoms > 128:
+        raise ConfigError(f"GPU profile {path}: replay_vram_fraction in (0, 1) and atoms in [2, 128]")
+    return prof
+
+
+def select_profile(device_name: str) -> GpuProfile:
+    override = os.environ.get("WORKBENCH_GPU_PROFILE")
+    if override:
+        return load_profile(override)
+    for path in sorted((config_dir() / "gpu").glob("*.toml")):
+        prof = load_profile(path.stem)
+        if any(m.lower() in device_name.lower() for m in prof.match):
+            return prof
+    return load_profile("default")
