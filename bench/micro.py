@@ -7,7 +7,8 @@ launches so launch gaps are counted the way the trainer will see them.
 1. launch overhead: 200 small kernels launched eagerly from Python vs one replayed graph of them;
 2. GEMM TFLOP/s at the training shapes: Numba register-tiled vs cuBLAS fp32 vs cuBLAS TF32;
 3. scan of 1M float32 priorities (three launches in a graph): effective bandwidth;
-4. PER sample + weight normalisation + priority update, batch 1024 from 1M, in a graph.
+4. PER sample + weight normalisation + priority update, batch 1024 from 1M, in a graph;
+5. env-step throughput at 4096 envs over 32K bars.
 """
 from __future__ import annotations
 
@@ -127,13 +128,43 @@ def bench_scan_per(device, rows):
     assert bad.copy_to_host()[0] == 0
 
 
+def bench_env(device, rows):
+    from cuda_kernels.env import env_step_kernel
+
+    s = device.stream
+    T, N = 32_768, 4096
+    rng = np.random.default_rng(2)
+    close = 5000 + np.cumsum(rng.normal(0, 0.5, T))
+    close = np.round(close / 0.25) * 0.25
+    open_ = np.concatenate([[close[0]], close[:-1]])
+    high, low = np.maximum(open_, close) + 0.25, np.minimum(open_, close) - 0.25
+    dev = {k: cuda.to_device(v, stream=s) for k, v in dict(o=open_, h=high, l=low, c=close).items()}
+    roll = cuda.to_device(np.zeros(T, np.int8), stream=s)
+    t_arr = cuda.to_device(rng.integers(0, T // 2, N).astype(np.int64), stream=s)
+    end = cuda.to_device(np.full(N, T), stream=s)
+    pos = cuda.to_device(np.zeros(N, np.int32), stream=s)
+    acts = cuda.to_device(rng.integers(0, 3, (N, 3)).astype(np.int32), stream=s)
+    rew, done = cuda.device_array(N, np.float32, stream=s), cuda.device_array(N, np.float32, stream=s)
+    pnl = cuda.device_array(N, np.float64, stream=s)
+
+    def step(st):
+        env_step_kernel[N // 256, 256, st](dev["o"], dev["h"], dev["l"], dev["c"], roll, t_arr, end, pos, acts,
+                                           50.0, 0.25, 1.0, 2.15, 0.0, 1e-3, rew, done, pnl, N)
+
+    step(s)
+    g = device.capture(lambda st: [step(st) for _ in range(100)])
+    ms = timed(device, lambda: g.replay(1), reps=5, inner=100)
+    rows.append(("env step, 4096 envs (one launch)", ms * 1e3, "us"))
+    rows.append(("env step throughput", N / (ms * 1e-3) / 1e6, "M transitions/s"))
+
+
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--json", help="write results here")
     args = p.parse_args()
     device = Device()
     rows: list[tuple[str, float, str]] = []
-    for bench in (bench_launch, bench_gemm, bench_scan_per):
+    for bench in (bench_launch, bench_gemm, bench_scan_per, bench_env):
         bench(device, rows)
     print(f"device: {device.info.name}, {device.info.multiprocessors} SMs, "
           f"smem optin {device.info.shared_memory_per_block_optin} B")

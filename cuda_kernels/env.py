@@ -1,0 +1,84 @@
+"""Vectorised futures environment step, one thread per env, with the accounting of ``workbench.accounting``.
+
+Kernel-side only (NumPy/Numba). Prices are float64 (PnL in USD must not drift). Env e holds bar
+``t[e]``, position ``pos[e]`` and its episode end ``end[e]``. The agent's factored action at bar t is
+(direction {0 short, 1 flat, 2 long}, size {0, 1, 2} -> 1..3 contracts, execution {0 market,
+1 passive limit one tick inside the close, 2 keep the position}); each index is clamped to its range.
+The order executes at bar t+1 exactly as ``simulate`` does: market at the open plus slippage, passive
+limit only if bar t+1 trades through it (at the open if it opens through), commission per contract
+and bps of notional, marks from the previous close (from the open on the first bar of a new
+contract, with the roll charged as two trades per contract). When t+1 is the episode's last bar the
+position is liquidated at its close with slippage and commission. ``reward = pnl * reward_scale``.
+"""
+from __future__ import annotations
+
+from .nb import cuda, float32, float64, int8, int32, int64, void, kernel
+
+EXEC_MARKET, EXEC_PASSIVE, EXEC_KEEP = 0, 1, 2
+
+
+@kernel(void(float64[::1], float64[::1], float64[::1], float64[::1], int8[::1], int64[::1], int64[::1], int32[::1],
+             int32[:, ::1], float64, float64, float64, float64, float64, float32, float32[::1], float32[::1],
+             float64[::1], int64))
+def env_step_kernel(open_, high, low, close, roll, t_arr, end_arr, pos_arr, actions, pv, tick, slip_ticks, comm, bps,
+                    reward_scale, reward, done, pnl_out, N):
+    e = cuda.grid(1)
+    if e >= N:
+        return
+    t = t_arr[e]
+    pos = pos_arr[e]
+    d = min(max(actions[e, 0], 0), 2)
+    size = min(max(actions[e, 1], 0), 2) + 1
+    ex = min(max(actions[e, 2], 0), 2)
+    want = pos if ex == EXEC_KEEP else (d - 1) * size
+    slip = slip_ticks * tick
+    n = t + 1
+    pnl = 0.0
+    ref = close[t]
+    if roll[n] != 0:
+        ref = open_[n]
+        if pos != 0:
+            q = abs(pos)
+            pnl -= q * (2.0 * comm + 2.0 * bps * 1e-4 * open_[n] * pv) + q * 2.0 * slip * pv
+    filled = False
+    fill = 0.0
+    if want != pos:
+        buy = want > pos
+        if ex == EXEC_MARKET:
+            fill = open_[n] + slip if buy else open_[n] - slip
+            filled = True
+        else:
+            lim = close[t] - tick if buy else close[t] + tick
+            if buy and low[n] < lim:
+                fill = min(lim, open_[n])
+                filled = True
+            elif (not buy) and high[n] > lim:
+                fill = max(lim, open_[n])
+                filled = True
+    if filled:
+        q = abs(want - pos)
+        pnl += pv * pos * (fill - ref) + pv * want * (close[n] - fill) - q * (comm + bps * 1e-4 * fill * pv)
+        pos = want
+    else:
+        pnl += pv * pos * (close[n] - ref)
+    finished = n >= end_arr[e] - 1
+    if finished and pos != 0:
+        q = abs(pos)
+        pnl -= q * (comm + bps * 1e-4 * close[n] * pv) + q * slip * pv
+        pos = 0
+    pos_arr[e] = pos
+    t_arr[e] = n
+    pnl_out[e] = pnl
+    reward[e] = float32(pnl) * reward_scale
+    done[e] = 1.0 if finished else 0.0
+
+
+def action_to_order_ref(action, pos: int, close_t: float, tick: float):
+    """(target, order kind for ``simulate``, limit price) of one factored action; the reference decoding."""
+    d, size, ex = (min(max(int(a), 0), 2) for a in action)
+    if ex == EXEC_KEEP:
+        return pos, 0, float("nan")
+    want = (d - 1) * (size + 1)
+    if ex == EXEC_MARKET:
+        return want, 0, float("nan")
+    return want, 1, (close_t - tick if want > pos else close_t + tick)
