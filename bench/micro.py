@@ -158,13 +158,44 @@ def bench_env(device, rows):
     rows.append(("env step throughput", N / (ms * 1e-3) / 1e6, "M transitions/s"))
 
 
+def bench_backtest(device, rows):
+    """The backtest's sequential part for 5 ranges x 32K bars: greedy table -> positions and PnL."""
+    from cuda_kernels.actions import eps_greedy_kernel
+    from cuda_kernels.backtest import greedy_backtest_kernel
+
+    s = device.stream
+    W, L, P = 5, 32_768, 7
+    T = W * L
+    rng = np.random.default_rng(3)
+    close = np.round((5000 + np.cumsum(rng.normal(0, 0.5, T))) / 0.25) * 0.25
+    open_ = np.concatenate([[close[0]], close[:-1]])
+    cols = [cuda.to_device(x, stream=s) for x in (open_, np.maximum(open_, close) + 0.25, np.minimum(open_, close) - 0.25, close)]
+    roll = cuda.to_device(np.zeros(T, np.int8), stream=s)
+    q = cuda.to_device(rng.normal(size=(T * P, 9)).astype(np.float32), stream=s)
+    br, off = cuda.to_device(np.array([3, 3, 3], np.int32), stream=s), cuda.to_device(np.array([0, 3, 6], np.int32), stream=s)
+    eps0, step = cuda.to_device(np.zeros(1, np.float32), stream=s), cuda.to_device(np.zeros(1, np.int64), stream=s)
+    greedy, joint = cuda.device_array((T * P, 3), np.int32, stream=s), cuda.device_array(T * P, np.int32, stream=s)
+    starts = cuda.to_device(np.arange(W, dtype=np.int64) * L, stream=s)
+    stops = cuda.to_device(np.arange(1, W + 1, dtype=np.int64) * L, stream=s)
+    pos, pnl = cuda.device_array(T, np.int32, stream=s), cuda.device_array(T, np.float64, stream=s)
+
+    def run(st):
+        eps_greedy_kernel[(T * P + 255) // 256, 256, st](q, 3, br, off, eps0, 0, 0, step, greedy, joint, T * P)
+        greedy_backtest_kernel[1, 32, st](*cols, roll, greedy, starts, stops, P, 3, 50.0, 0.25, 1.0, 2.15, 0.0, pos, pnl, W)
+
+    run(s)
+    g = device.capture(run)
+    ms = timed(device, lambda: g.replay(1), reps=5)
+    rows.append(("backtest 5 x 32K bars: greedy table + scan (Q given)", ms, "ms"))
+
+
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--json", help="write results here")
     args = p.parse_args()
     device = Device()
     rows: list[tuple[str, float, str]] = []
-    for bench in (bench_launch, bench_gemm, bench_scan_per, bench_env):
+    for bench in (bench_launch, bench_gemm, bench_scan_per, bench_env, bench_backtest):
         bench(device, rows)
     print(f"device: {device.info.name}, {device.info.multiprocessors} SMs, "
           f"smem optin {device.info.shared_memory_per_block_optin} B")

@@ -12,24 +12,18 @@ position is liquidated at its close with slippage and commission. ``reward = pnl
 """
 from __future__ import annotations
 
-from .nb import cuda, float32, float64, int8, int32, int64, void, kernel
+from .nb import cuda, device_function, float32, float64, int8, int32, int64, kernel, void
 
 EXEC_MARKET, EXEC_PASSIVE, EXEC_KEEP = 0, 1, 2
 
 
-@kernel(void(float64[::1], float64[::1], float64[::1], float64[::1], int8[::1], int64[::1], int64[::1], int32[::1],
-             int32[:, ::1], float64, float64, float64, float64, float64, float32, float32[::1], float32[::1],
-             float64[::1], int64))
-def env_step_kernel(open_, high, low, close, roll, t_arr, end_arr, pos_arr, actions, pv, tick, slip_ticks, comm, bps,
-                    reward_scale, reward, done, pnl_out, N):
-    e = cuda.grid(1)
-    if e >= N:
-        return
-    t = t_arr[e]
-    pos = pos_arr[e]
-    d = min(max(actions[e, 0], 0), 2)
-    size = min(max(actions[e, 1], 0), 2) + 1
-    ex = min(max(actions[e, 2], 0), 2)
+@device_function
+def step_bar_dev(open_, high, low, close, roll, t, pos, a_dir, a_size, a_exec, last, pv, tick, slip_ticks, comm, bps):
+    """Apply the factored action decided at bar t; return (position over bar t+1, net USD PnL of bar t+1).
+    ``last``: bar t+1 ends the episode (the position is liquidated at its close)."""
+    d = min(max(a_dir, 0), 2)
+    size = min(max(a_size, 0), 2) + 1
+    ex = min(max(a_exec, 0), 2)
     want = pos if ex == EXEC_KEEP else (d - 1) * size
     slip = slip_ticks * tick
     n = t + 1
@@ -61,13 +55,29 @@ def env_step_kernel(open_, high, low, close, roll, t_arr, end_arr, pos_arr, acti
         pos = want
     else:
         pnl += pv * pos * (close[n] - ref)
-    finished = n >= end_arr[e] - 1
-    if finished and pos != 0:
+    if last and pos != 0:
         q = abs(pos)
         pnl -= q * (comm + bps * 1e-4 * close[n] * pv) + q * slip * pv
         pos = 0
+    return pos, pnl
+
+
+@kernel(void(float64[::1], float64[::1], float64[::1], float64[::1], int8[::1], int64[::1], int64[::1], int32[::1],
+             int32[:, ::1], float64, float64, float64, float64, float64, float32, float32[::1], float32[::1],
+             float64[::1], int64))
+def env_step_kernel(open_, high, low, close, roll, t_arr, end_arr, pos_arr, actions, pv, tick, slip_ticks, comm, bps,
+                    reward_scale, reward, done, pnl_out, N):
+    """One step of N envs. t_arr, end_arr: int64 [N]; pos_arr: int32 [N]; actions: int32 [N, 3];
+    reward, done: out float32 [N]; pnl_out: out float64 [N] (USD)."""
+    e = cuda.grid(1)
+    if e >= N:
+        return
+    t = t_arr[e]
+    finished = t + 1 >= end_arr[e] - 1
+    pos, pnl = step_bar_dev(open_, high, low, close, roll, t, pos_arr[e], actions[e, 0], actions[e, 1],
+                            actions[e, 2], finished, pv, tick, slip_ticks, comm, bps)
     pos_arr[e] = pos
-    t_arr[e] = n
+    t_arr[e] = t + 1
     pnl_out[e] = pnl
     reward[e] = float32(pnl) * reward_scale
     done[e] = 1.0 if finished else 0.0
