@@ -9,5 +9,5 @@ OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee "$OUT/nvidia-smi.txt"
 python3 -c "import numpy, numba, numba_cuda; print('numpy', numpy.__version__, 'numba', numba.__version__)"
-python3 -m pytest -q -p no:cacheprovider tests/test_gpu.py tests/test_kernels.py tests/test_env.py tests/test_backtest.py 2>&1 | tee "$OUT/pytest.txt"
+python3 -m pytest -q -p no:cacheprovider tests/test_gpu.py tests/test_kernels.py tests/test_env.py tests/test_backtest.py tests/test_network.py 2>&1 | tee "$OUT/pytest.txt"
 python3 bench/micro.py --json "$OUT/micro.json" 2>&1 | tee "$OUT/micro.txt"
