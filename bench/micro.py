@@ -42,10 +42,11 @@ def bench_launch(device, rows):
     s = device.stream
     t = cuda.to_device(np.zeros(1024, np.float32), stream=s)
     o = cuda.to_device(np.ones(1024, np.float32), stream=s)
+    guard = cuda.to_device(np.zeros(1, np.int32), stream=s)
 
     def many(st=s):
         for _ in range(200):
-            optim.ema_kernel[4, 256, st](t, o, 1024, 0.01)
+            optim.ema_kernel[4, 256, st](t, o, 1024, 0.01, guard)
 
     many()
     device.synchronize()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .nb import cuda, device_function, kernel, float32, float64, int64, void
+from .nb import cuda, device_function, kernel, float32, float64, int32, int64, void
 
 NORM_BLOCKS = 256
 
@@ -66,10 +66,13 @@ def step_increment_kernel(step_arr):
 
 
 @kernel(void(float32[::1], float32[::1], float32[::1], float32[::1], int64, float32[::1], float32, float32,
-               float32, float32, int64[::1], float32[::1]))
-def adam_kernel(p, g, m, v, n, lr_arr, beta1, beta2, eps, weight_decay, step_arr, clip):
+               float32, float32, int64[::1], float32[::1], int32[::1]))
+def adam_kernel(p, g, m, v, n, lr_arr, beta1, beta2, eps, weight_decay, step_arr, clip, guard):
     """p, g, m, v: float32 [n]; lr_arr: float32 [1]; step_arr: int64 [1] (1-based, already incremented);
-    clip: float32 [2] from ``grad_norm_finalize_kernel`` (the scale is clip[1])."""
+    clip: float32 [2] from ``grad_norm_finalize_kernel`` (the scale is clip[1]); guard: int32 [1], when
+    non-zero (the training guard tripped) nothing is updated."""
+    if guard[0] != 0:
+        return
     t = float64(step_arr[0])
     bc1 = 1.0 - float64(beta1) ** t
     bc2 = 1.0 - float64(beta2) ** t
@@ -85,11 +88,54 @@ def adam_kernel(p, g, m, v, n, lr_arr, beta1, beta2, eps, weight_decay, step_arr
         p[i] = float32(p[i] - lr * upd)
 
 
-@kernel(void(float32[::1], float32[::1], int64, float32))
-def ema_kernel(target, online, n, tau):
-    """target <- (1 - tau) * target + tau * online, over one flat buffer."""
+@kernel(void(float32[::1], float32[::1], int64, float32, int32[::1]))
+def ema_kernel(target, online, n, tau, guard):
+    """target <- (1 - tau) * target + tau * online, over one flat buffer (skipped when guard[0] != 0)."""
+    if guard[0] != 0:
+        return
     for i in range(cuda.grid(1), n, cuda.gridsize(1)):
         target[i] = (float32(1.0) - tau) * target[i] + tau * online[i]
+
+
+@kernel(void(float32[::1], float32[::1], int64, float32[:, ::1], int64, float32, float32[::1], int32[::1],
+               float32[::1]))
+def guard_kernel(loss, is_w, B, q, n_q, q_limit, clip, guard, stats):
+    """One block (power-of-two threads), after the loss and the grad norm: trips ``guard`` when the
+    weighted batch loss or the grad norm is not finite or |Q| exceeds ``q_limit``; otherwise adds the
+    step's weighted loss and grad norm to ``stats`` (float32 [4]: loss sum, grad-norm sum, steps, max |Q|)."""
+    s_l = cuda.shared.array(1024, float32)
+    s_q = cuda.shared.array(1024, float32)
+    tid = cuda.threadIdx.x
+    nt = cuda.blockDim.x
+    acc = float32(0.0)
+    qm = float32(0.0)
+    for i in range(tid, B, nt):
+        acc += is_w[i] * loss[i]
+    for i in range(tid, n_q, nt):
+        for j in range(q.shape[1]):
+            qm = max(qm, abs(q[i, j]))
+            if q[i, j] != q[i, j]:
+                qm = float32(3.4e38)
+    s_l[tid] = acc
+    s_q[tid] = qm
+    cuda.syncthreads()
+    half = nt // 2
+    while half > 0:
+        if tid < half:
+            s_l[tid] += s_l[tid + half]
+            s_q[tid] = max(s_q[tid], s_q[tid + half])
+        cuda.syncthreads()
+        half //= 2
+    if tid == 0:
+        mean_loss = s_l[0] / B
+        bad = not (abs(mean_loss) < 3.4e38) or not (abs(clip[0]) < 3.4e38) or s_q[0] > q_limit
+        if bad:
+            guard[0] = 1
+        elif guard[0] == 0:
+            stats[0] += mean_loss
+            stats[1] += clip[0]
+            stats[2] += 1.0
+            stats[3] = max(stats[3], s_q[0])
 
 
 # ---- NumPy references ----

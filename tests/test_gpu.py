@@ -84,6 +84,7 @@ def test_graph_with_cublas_and_numba_equals_eager(device, blas):
     parts, clip = cuda.device_array(optim.NORM_BLOCKS, np.float64, stream=s), cuda.device_array(2, np.float32, stream=s)
     step, lr = cuda.to_device(np.zeros(1, np.int64), stream=s), cuda.to_device(np.array([1e-3], np.float32), stream=s)
     dsizes, doffs = cuda.to_device(sizes, stream=s), cuda.to_device(offs, stream=s)
+    guard = cuda.to_device(np.zeros(1, np.int32), stream=s)
 
     def train_step(st):
         blas.gemm(x, w1, h)
@@ -96,7 +97,8 @@ def test_graph_with_cublas_and_numba_equals_eager(device, blas):
         optim.sumsq_partial_kernel[optim.NORM_BLOCKS, 256, st](dw2.reshape(H * W), H * W, parts)
         optim.grad_norm_finalize_kernel[1, 256, st](parts, optim.NORM_BLOCKS, 10.0, clip)
         optim.step_increment_kernel[1, 1, st](step)
-        optim.adam_kernel[256, 256, st](flat_w2, dw2.reshape(H * W), m, v, H * W, lr, 0.9, 0.999, 1e-8, 0.0, step, clip)
+        optim.adam_kernel[256, 256, st](flat_w2, dw2.reshape(H * W), m, v, H * W, lr, 0.9, 0.999, 1e-8, 0.0, step, clip,
+                                        guard)
 
     w2_0, m0, v0 = w2.copy_to_host(), m.copy_to_host(), v.copy_to_host()
     for _ in range(3):
@@ -127,7 +129,7 @@ def test_readback_and_host_slot_inside_a_graph(device):
     slot = HostSlot(device, lr_dev)
     step = cuda.to_device(np.zeros(1, np.int64), stream=s)
     optim.step_increment_kernel[1, 1, s](step)
-    optim.ema_kernel[1, 32, s](target, online, 8, 0.5)
+    optim.ema_kernel[1, 32, s](target, online, 8, 0.5, cuda.to_device(np.zeros(1, np.int32), stream=s))
     device.synchronize()
 
     def fn(st):

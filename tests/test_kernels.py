@@ -141,15 +141,43 @@ def test_grad_norm_adam_ema():
     v0 = RNG.uniform(0, 0.1, n).astype(np.float32)
     p, m, v, step = dev(p0), dev(m0), dev(v0), dev(np.array([6]))
     optim.step_increment_kernel[1, 1](step)
-    optim.adam_kernel[2, 32](p, dev(g), m, v, n, dev(np.array([1e-3], np.float32)), 0.9, 0.999, 1e-8, 1e-4, step, clip)
+    guard_on = dev(np.ones(1, np.int32))
+    optim.adam_kernel[2, 32](p, dev(g), m, v, n, dev(np.array([1e-3], np.float32)), 0.9, 0.999, 1e-8, 1e-4, step, clip,
+                             guard_on)
+    assert np.array_equal(p.copy_to_host(), p0) and np.array_equal(m.copy_to_host(), m0)  # guard tripped: no update
+    optim.adam_kernel[2, 32](p, dev(g), m, v, n, dev(np.array([1e-3], np.float32)), 0.9, 0.999, 1e-8, 1e-4, step, clip,
+                             dev(np.zeros(1, np.int32)))
     rp, rm, rv = optim.adam_ref(p0, g, m0, v0, 1e-3, 0.9, 0.999, 1e-8, 1e-4, 7, got[1])
     np.testing.assert_allclose(p.copy_to_host(), rp, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(m.copy_to_host(), rm, rtol=1e-5, atol=1e-7)
     np.testing.assert_allclose(v.copy_to_host(), rv, rtol=1e-5, atol=1e-8)
     t0 = RNG.normal(size=n).astype(np.float32)
     t = dev(t0)
-    optim.ema_kernel[2, 32](t, dev(p0), n, 0.005)
+    optim.ema_kernel[2, 32](t, dev(p0), n, 0.005, dev(np.ones(1, np.int32)))
+    assert np.array_equal(t.copy_to_host(), t0)
+    optim.ema_kernel[2, 32](t, dev(p0), n, 0.005, dev(np.zeros(1, np.int32)))
     np.testing.assert_allclose(t.copy_to_host(), optim.ema_ref(t0, p0, 0.005), rtol=1e-6)
+
+
+def test_training_guard():
+    B, n_q = 16, 8
+    loss = RNG.uniform(0, 2, B).astype(np.float32)
+    w = RNG.uniform(0.1, 1, B).astype(np.float32)
+    q = RNG.normal(size=(n_q, 9)).astype(np.float32)
+    clip = np.array([3.0, 1.0], np.float32)
+    guard, stats = dev(np.zeros(1, np.int32)), dev(np.zeros(4, np.float32))
+    optim.guard_kernel[1, 32](dev(loss), dev(w), B, dev(q), n_q, 100.0, dev(clip), guard, stats)
+    st = stats.copy_to_host()
+    assert guard.copy_to_host()[0] == 0
+    assert st[0] == pytest.approx(np.sum(w * loss) / B, rel=1e-5) and st[1] == 3.0 and st[2] == 1.0
+    assert st[3] == pytest.approx(np.abs(q).max())
+    loss[4] = np.inf
+    optim.guard_kernel[1, 32](dev(loss), dev(w), B, dev(q), n_q, 100.0, dev(clip), guard, stats)
+    assert guard.copy_to_host()[0] == 1 and stats.copy_to_host()[2] == 1.0  # tripped, nothing accumulated
+    g2 = dev(np.zeros(1, np.int32))
+    loss[4] = 1.0
+    optim.guard_kernel[1, 32](dev(loss), dev(w), B, dev(q * 1e3), n_q, 100.0, dev(clip), g2, stats)
+    assert g2.copy_to_host()[0] == 1  # exploding Q
 
 
 # ---- dense ----

@@ -1,0 +1,189 @@
+"""Experience plumbing: observations from resident features, env resets, n-step transitions, and the
+validation Sharpe reduced on the device.
+
+Kernel-side only (NumPy/Numba). A transition stores bar indices and positions, never observations:
+``int_store[slot] = (t, pos_index, a_dir, a_size, a_exec, t_next, pos_index_next)`` and
+``float_store[slot] = (n-step discounted reward, done)``. Observations are rebuilt from the window's
+resident feature matrix when a batch is gathered: ``features[t] ++ one_hot(pos_index)``.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .nb import cuda, float32, float64, int32, int64, uint32, void, kernel
+from .philox import uniform4_dev
+
+TAG_RESET = 0x5253
+N_INT, N_FLOAT = 7, 2
+
+
+@kernel(void(float32[:, ::1], int64[::1], int32[::1], int64, int64, int64, float32[:, ::1]))
+def env_obs_kernel(features, t_arr, pos_arr, N, F, max_pos, obs):
+    """obs: out [N, F + 2 * max_pos + 1] for envs at bars t_arr with positions pos_arr."""
+    P = 2 * max_pos + 1
+    for e in range(cuda.grid(1), N * (F + P), cuda.gridsize(1)):
+        i, c = e // (F + P), e % (F + P)
+        if c < F:
+            obs[i, c] = features[t_arr[i], c]
+        else:
+            obs[i, c] = 1.0 if c - F == min(max(pos_arr[i] + max_pos, 0), P - 1) else 0.0
+
+
+@kernel(void(float32[:, ::1], int32[:, ::1], int64[::1], int64, int64, int64, int64, float32[:, ::1]))
+def gather_obs_kernel(features, int_store, idx, B, F, P, which, obs):
+    """obs: out [B, F + P] for replay rows idx; which = 0 gathers s (t, pos), 1 gathers s' (t_next, pos_next)."""
+    tc, pc = (0, 1) if which == 0 else (5, 6)
+    for e in range(cuda.grid(1), B * (F + P), cuda.gridsize(1)):
+        i, c = e // (F + P), e % (F + P)
+        row = idx[i]
+        if c < F:
+            obs[i, c] = features[int_store[row, tc], c]
+        else:
+            obs[i, c] = 1.0 if c - F == int_store[row, pc] else 0.0
+
+
+@kernel(void(int32[:, ::1], float32[:, ::1], int64[::1], int64, int32[:, ::1], float32[::1], float32[::1]))
+def gather_batch_kernel(int_store, float_store, idx, B, actions, reward, done):
+    """actions: out int32 [B, 3]; reward, done: out float32 [B]."""
+    i = cuda.grid(1)
+    if i >= B:
+        return
+    row = idx[i]
+    actions[i, 0] = int_store[row, 2]
+    actions[i, 1] = int_store[row, 3]
+    actions[i, 2] = int_store[row, 4]
+    reward[i] = float_store[row, 0]
+    done[i] = float_store[row, 1]
+
+
+@kernel(void(int64[::1], int64[::1], int32[::1], float32[::1], int64, int64, int64, uint32, uint32, int64[::1], int64))
+def env_reset_kernel(t_arr, end_arr, pos_arr, done, lo, hi, episode_len, k0, k1, step_arr, N):
+    """Envs whose ``done`` is set (or all, before the first step, when done is 1) restart flat at a random
+    bar in [lo, hi - episode_len] and run for episode_len bars."""
+    e = cuda.grid(1)
+    if e >= N or done[e] == 0:
+        return
+    u, _a, _b, _c = uniform4_dev(e, step_arr[0], TAG_RESET, k0, k1)
+    span = hi - episode_len - lo
+    start = lo + min(int64(u * (span + 1)), span)
+    t_arr[e] = start
+    end_arr[e] = start + episode_len
+    pos_arr[e] = 0
+    done[e] = 0.0
+
+
+@kernel(void(int64[:, ::1], int32[:, ::1], int32[:, :, ::1], float32[:, ::1], float32[:, ::1], int64, int64, int64,
+             float32, int64, int32[:, ::1], float32[:, ::1], int64[::1]))
+def rollout_to_transitions_kernel(t_hist, pos_hist, act_hist, rew_hist, done_hist, N, K, K_emit, gamma, nstep,
+                                  int_out, float_out, count):
+    """Histories of K steps for N envs ([N, K + 1] bars/positions, [N, K, 3] actions, [N, K] rewards and
+    done flags) -> n-step transitions for the first K_emit steps. Step k of env e yields one transition
+    when its n-step window fits in the rollout or meets a done flag first (truncated return, done = 1);
+    with K = K_emit + n - 1 every emitted step does. int_out/float_out: out [N * K_emit, 7] /
+    [N * K_emit, 2], rows e * K_emit + k; ``count[row]`` is 1 where a row was written, else 0."""
+    j = cuda.grid(1)
+    if j >= N * K_emit:
+        return
+    e, k = j // K_emit, j % K_emit
+    R = float32(0.0)
+    g = float32(1.0)
+    end_k = -1
+    terminal = False
+    for m in range(nstep):
+        if k + m >= K:
+            break
+        R += g * rew_hist[e, k + m]
+        g *= gamma
+        if done_hist[e, k + m] != 0:
+            end_k = k + m
+            terminal = True
+            break
+        end_k = k + m
+    if not terminal and end_k - k + 1 < nstep:
+        count[j] = 0
+        return
+    int_out[j, 0] = int32(t_hist[e, k])
+    int_out[j, 1] = pos_hist[e, k]
+    int_out[j, 2] = act_hist[e, k, 0]
+    int_out[j, 3] = act_hist[e, k, 1]
+    int_out[j, 4] = act_hist[e, k, 2]
+    int_out[j, 5] = int32(t_hist[e, end_k + 1])
+    int_out[j, 6] = pos_hist[e, end_k + 1]
+    float_out[j, 0] = R
+    float_out[j, 1] = 1.0 if terminal else 0.0
+    count[j] = 1
+
+
+@kernel(void(float64[::1], int32[::1], int64, int64, float64, float32[::1]))
+def daily_sharpe_kernel(pnl, day, start, stop, capital, out):
+    """One thread: net USD PnL of bars [start, stop) grouped by trading day -> daily returns on equity ->
+    out float32 [4] = (annualised Sharpe (252 days, ddof 1), net PnL USD, days, max drawdown)."""
+    if cuda.grid(1) != 0:
+        return
+    equity = capital
+    peak = capital
+    mdd = 0.0
+    s1 = 0.0
+    s2 = 0.0
+    n = 0
+    day_pnl = 0.0
+    total = 0.0
+    for t in range(start, stop):
+        day_pnl += pnl[t]
+        total += pnl[t]
+        if t == stop - 1 or day[t + 1] != day[t]:
+            r = day_pnl / equity
+            equity += day_pnl
+            peak = max(peak, equity)
+            mdd = min(mdd, equity / peak - 1.0)
+            s1 += r
+            s2 += r * r
+            n += 1
+            day_pnl = 0.0
+    sharpe = 0.0
+    if n > 1:
+        mean = s1 / n
+        var = (s2 - n * mean * mean) / (n - 1)
+        sharpe = mean / math.sqrt(var) * math.sqrt(252.0) if var > 0 else 0.0
+    out[0] = float32(sharpe)
+    out[1] = float32(total)
+    out[2] = float32(n)
+    out[3] = float32(mdd)
+
+
+# ---- NumPy references ----
+
+def rollout_to_transitions_ref(t_hist, pos_hist, act_hist, rew_hist, done_hist, gamma, nstep, K_emit=None):
+    N, K = rew_hist.shape
+    K_emit = K if K_emit is None else K_emit
+    rows = {}
+    for e in range(N):
+        for k in range(K_emit):
+            R, g, end_k, term = 0.0, 1.0, -1, False
+            for m in range(nstep):
+                if k + m >= K:
+                    break
+                R += g * rew_hist[e, k + m]
+                g *= gamma
+                end_k = k + m
+                if done_hist[e, k + m]:
+                    term = True
+                    break
+            if term or end_k - k + 1 == nstep:
+                rows[e * K_emit + k] = ((t_hist[e, k], pos_hist[e, k], *act_hist[e, k], t_hist[e, end_k + 1],
+                                    pos_hist[e, end_k + 1]), (R, 1.0 if term else 0.0))
+    return rows
+
+
+def daily_sharpe_ref(pnl, day, start, stop, capital):
+    import pandas as pd
+
+    d = pd.Series(pnl[start:stop]).groupby(day[start:stop], sort=False).sum().to_numpy()
+    eq = capital + np.cumsum(d)
+    r = d / np.concatenate([[capital], eq[:-1]])
+    sharpe = r.mean() / r.std(ddof=1) * np.sqrt(252) if len(r) > 1 and r.std(ddof=1) > 0 else 0.0
+    wealth = np.concatenate([[capital], eq])
+    mdd = float(np.min(wealth / np.maximum.accumulate(wealth) - 1))
+    return np.array([sharpe, pnl[start:stop].sum(), len(r), mdd])

@@ -1,0 +1,96 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from numba import cuda
+
+from cuda_kernels import rollout as R
+from workbench import metrics as M
+
+RNG = np.random.default_rng()
+
+
+def test_env_obs_and_gather():
+    T, F, maxp = 12, 5, 3
+    P = 2 * maxp + 1
+    feats = RNG.normal(size=(T, F)).astype(np.float32)
+    t = RNG.integers(0, T, 6)
+    pos = RNG.integers(-3, 4, 6).astype(np.int32)
+    obs = cuda.to_device(np.full((6, F + P), np.nan, np.float32))
+    R.env_obs_kernel[2, 32](cuda.to_device(feats), cuda.to_device(t), cuda.to_device(pos), 6, F, maxp, obs)
+    want = np.concatenate([feats[t], np.eye(P, dtype=np.float32)[pos + maxp]], axis=1)
+    assert np.array_equal(obs.copy_to_host(), want)
+    store = RNG.integers(0, T, (20, 7)).astype(np.int32)
+    store[:, [1, 6]] = RNG.integers(0, P, (20, 2))
+    fstore = RNG.normal(size=(20, 2)).astype(np.float32)
+    idx = RNG.integers(0, 20, 8)
+    for which, (tc, pc) in ((0, (0, 1)), (1, (5, 6))):
+        o = cuda.to_device(np.full((8, F + P), np.nan, np.float32))
+        R.gather_obs_kernel[2, 32](cuda.to_device(feats), cuda.to_device(store), cuda.to_device(idx), 8, F, P, which, o)
+        want = np.concatenate([feats[store[idx, tc]], np.eye(P, dtype=np.float32)[store[idx, pc]]], axis=1)
+        assert np.array_equal(o.copy_to_host(), want)
+    a, r, d = (cuda.to_device(np.full((8, 3), -1, np.int32)), cuda.to_device(np.full(8, np.nan, np.float32)),
+               cuda.to_device(np.full(8, np.nan, np.float32)))
+    R.gather_batch_kernel[1, 32](cuda.to_device(store), cuda.to_device(fstore), cuda.to_device(idx), 8, a, r, d)
+    assert np.array_equal(a.copy_to_host(), store[idx, 2:5])
+    assert np.array_equal(r.copy_to_host(), fstore[idx, 0]) and np.array_equal(d.copy_to_host(), fstore[idx, 1])
+
+
+def test_env_reset_only_done_envs_inside_range():
+    N = 40
+    t, end = cuda.to_device(np.full(N, 7)), cuda.to_device(np.full(N, 9))
+    pos = cuda.to_device(np.full(N, 2, np.int32))
+    done = (RNG.random(N) < 0.5).astype(np.float32)
+    d = cuda.to_device(done)
+    R.env_reset_kernel[2, 32](t, end, pos, d, 100, 500, 50, 3, 4, cuda.to_device(np.array([5])), N)
+    tt, ee, pp = t.copy_to_host(), end.copy_to_host(), pos.copy_to_host()
+    r = done == 1
+    assert ((tt[r] >= 100) & (tt[r] <= 450)).all() and (ee[r] == tt[r] + 50).all() and (pp[r] == 0).all()
+    assert (tt[~r] == 7).all() and (pp[~r] == 2).all() and (d.copy_to_host() == 0).all()
+
+
+def test_rollout_to_nstep_transitions():
+    N, K, n, gamma = 3, 9, 3, 0.9
+    t_hist = np.cumsum(RNG.integers(1, 3, (N, K + 1)), axis=1).astype(np.int64)
+    pos_hist = RNG.integers(0, 7, (N, K + 1)).astype(np.int32)
+    act_hist = RNG.integers(0, 3, (N, K, 3)).astype(np.int32)
+    rew = RNG.normal(size=(N, K)).astype(np.float32)
+    done = np.zeros((N, K), np.float32)
+    done[0, 4] = 1  # an episode end inside the rollout
+    io = cuda.to_device(np.full((N * K, 7), -5, np.int32))
+    fo = cuda.to_device(np.full((N * K, 2), np.nan, np.float32))
+    cnt = cuda.to_device(np.full(N * K, -1, np.int64))
+    R.rollout_to_transitions_kernel[1, 32](cuda.to_device(t_hist), cuda.to_device(pos_hist), cuda.to_device(act_hist),
+                                           cuda.to_device(rew), cuda.to_device(done), N, K, K, gamma, n, io, fo, cnt)
+    want = R.rollout_to_transitions_ref(t_hist, pos_hist, act_hist, rew, done, gamma, n)
+    c = cnt.copy_to_host()
+    assert set(np.flatnonzero(c == 1)) == set(want) and set(np.unique(c)) <= {0, 1}
+    ints, floats = io.copy_to_host(), fo.copy_to_host()
+    for j, (wi, wf) in want.items():
+        assert tuple(ints[j]) == tuple(int(x) for x in wi)
+        assert floats[j, 0] == pytest.approx(wf[0], rel=1e-5, abs=1e-5) and floats[j, 1] == wf[1]
+    assert floats[0 * K + 3, 1] == 1.0 and floats[0 * K + 5, 1] == 0.0  # the done flag cuts the return
+    # with K = K_emit + n - 1, every emitted step has a full window or a terminal: no gaps to compact
+    K_emit = K - n + 1
+    cnt2 = cuda.to_device(np.full(N * K_emit, -1, np.int64))
+    io2, fo2 = cuda.to_device(np.full((N * K_emit, 7), -5, np.int32)), cuda.to_device(np.full((N * K_emit, 2), np.nan, np.float32))
+    R.rollout_to_transitions_kernel[1, 32](cuda.to_device(t_hist), cuda.to_device(pos_hist), cuda.to_device(act_hist),
+                                           cuda.to_device(rew), cuda.to_device(done), N, K, K_emit, gamma, n, io2, fo2, cnt2)
+    assert (cnt2.copy_to_host() == 1).all()
+    want2 = R.rollout_to_transitions_ref(t_hist, pos_hist, act_hist, rew, done, gamma, n, K_emit)
+    assert len(want2) == N * K_emit
+    for j, (wi, wf) in want2.items():
+        assert tuple(io2.copy_to_host()[j]) == tuple(int(x) for x in wi)
+
+
+def test_daily_sharpe_matches_metrics():
+    pnl = RNG.normal(20, 400, 300)
+    day = np.repeat(np.arange(30), 10).astype(np.int32)
+    out = cuda.to_device(np.full(4, np.nan, np.float32))
+    R.daily_sharpe_kernel[1, 1](cuda.to_device(pnl), cuda.to_device(day), 20, 280, 100_000.0, out)
+    got = out.copy_to_host()
+    ref = R.daily_sharpe_ref(pnl, day, 20, 280, 100_000.0)
+    np.testing.assert_allclose(got, ref, rtol=1e-5)
+    d = pnl[20:280].reshape(-1, 10).sum(axis=1)
+    r = d / (100_000 + np.concatenate([[0], np.cumsum(d)[:-1]]))
+    assert got[0] == pytest.approx(M.sharpe_ratio(r), rel=1e-5)
