@@ -153,6 +153,37 @@ def daily_sharpe_kernel(pnl, day, start, stop, capital, out):
     out[3] = float32(mdd)
 
 
+@kernel(void(int64[::1], int64[::1], int32[::1], int32[:, ::1], float32[::1], float32[::1], int64[:, ::1],
+             int32[:, ::1], int32[:, :, ::1], float32[:, ::1], float32[:, ::1], int64, int64, int64))
+def record_step_kernel(k_arr, t_arr, pos_arr, actions, reward, done, t_hist, pos_hist, act_hist, rew_hist, done_hist,
+                       N, max_pos, phase):
+    """Write one experience step into the rollout history at column k = k_arr[0] (a device counter, so
+    one captured graph serves every step). phase 0, before the env step: bar, position index and
+    action at k; phase 1, after it: reward and done at k; phase 2, after resets: bar and position
+    index at k + 1."""
+    e = cuda.grid(1)
+    if e >= N:
+        return
+    k = k_arr[0]
+    if phase == 0:
+        t_hist[e, k] = t_arr[e]
+        pos_hist[e, k] = pos_arr[e] + max_pos
+        for c in range(3):
+            act_hist[e, k, c] = actions[e, c]
+    elif phase == 1:
+        rew_hist[e, k] = reward[e]
+        done_hist[e, k] = done[e]
+    else:
+        t_hist[e, k + 1] = t_arr[e]
+        pos_hist[e, k + 1] = pos_arr[e] + max_pos
+
+
+@kernel(void(int64[::1], int64))
+def set_counter_kernel(counter, value):
+    if cuda.grid(1) == 0:
+        counter[0] = value
+
+
 # ---- NumPy references ----
 
 def rollout_to_transitions_ref(t_hist, pos_hist, act_hist, rew_hist, done_hist, gamma, nstep, K_emit=None):

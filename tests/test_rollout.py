@@ -94,3 +94,22 @@ def test_daily_sharpe_matches_metrics():
     d = pnl[20:280].reshape(-1, 10).sum(axis=1)
     r = d / (100_000 + np.concatenate([[0], np.cumsum(d)[:-1]]))
     assert got[0] == pytest.approx(M.sharpe_ratio(r), rel=1e-5)
+
+
+def test_record_step_phases():
+    N, K = 4, 5
+    th, ph = cuda.to_device(np.full((N, K + 1), -1, np.int64)), cuda.to_device(np.full((N, K + 1), -1, np.int32))
+    ah, rh = cuda.to_device(np.full((N, K, 3), -1, np.int32)), cuda.to_device(np.full((N, K), np.nan, np.float32))
+    dh = cuda.to_device(np.full((N, K), np.nan, np.float32))
+    k = cuda.to_device(np.array([2]))
+    t, pos = RNG.integers(0, 100, N), RNG.integers(-3, 4, N).astype(np.int32)
+    acts, rew, done = RNG.integers(0, 3, (N, 3)).astype(np.int32), RNG.normal(size=N).astype(np.float32), np.array([0, 1, 0, 0], np.float32)
+    args = [cuda.to_device(x) for x in (t, pos, acts, rew, done)]
+    for phase in (0, 1, 2):
+        R.record_step_kernel[1, 32](k, *args, th, ph, ah, rh, dh, N, 3, phase)
+    TH, PH, AH = th.copy_to_host(), ph.copy_to_host(), ah.copy_to_host()
+    assert (TH[:, 2] == t).all() and (TH[:, 3] == t).all() and (PH[:, 2] == pos + 3).all() and (AH[:, 2] == acts).all()
+    assert (rh.copy_to_host()[:, 2] == rew).all() and (dh.copy_to_host()[:, 2] == done).all()
+    assert (TH[:, [0, 1, 4, 5]] == -1).all()
+    R.set_counter_kernel[1, 1](k, 0)
+    assert k.copy_to_host()[0] == 0
