@@ -12,13 +12,12 @@ position is liquidated at its close with slippage and commission. ``reward = pnl
 """
 from __future__ import annotations
 
-from .nb import cuda, device_function, float32, float64, int8, int32, int64, kernel, void
+from .nb import cuda, device_function, float32, float64, int8, int32, int64, kernel, njit, void
 
 EXEC_MARKET, EXEC_PASSIVE, EXEC_KEEP = 0, 1, 2
 
 
-@device_function
-def step_bar_dev(open_, high, low, close, roll, t, pos, a_dir, a_size, a_exec, last, pv, tick, slip_ticks, comm, bps):
+def step_bar(open_, high, low, close, roll, t, pos, a_dir, a_size, a_exec, last, pv, tick, slip_ticks, comm, bps):
     """Apply the factored action decided at bar t; return (position over bar t+1, net USD PnL of bar t+1).
     ``last``: bar t+1 ends the episode (the position is liquidated at its close)."""
     d = min(max(a_dir, 0), 2)
@@ -60,6 +59,11 @@ def step_bar_dev(open_, high, low, close, roll, t, pos, a_dir, a_size, a_exec, l
         pnl -= q * (comm + bps * 1e-4 * close[n] * pv) + q * slip * pv
         pos = 0
     return pos, pnl
+
+
+# One source for the bar step: a device function for the kernels, njit for the CPU reference backend.
+step_bar_dev = device_function(step_bar)
+step_bar_cpu = njit(cache=True)(step_bar)
 
 
 @kernel(void(float64[::1], float64[::1], float64[::1], float64[::1], int8[::1], int64[::1], int64[::1], int32[::1],

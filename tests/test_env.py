@@ -45,3 +45,17 @@ def test_env_step_equals_simulate(bars, seed):
     np.testing.assert_allclose(got, ref.pnl[1:], rtol=1e-12, atol=1e-9)
     assert pos_arr.copy_to_host()[0] == 0 and t_arr.copy_to_host()[0] == T - 1
     assert (ref.position != 0).any()
+
+
+def test_cpu_step_is_the_same_function(bars):
+    from cuda_kernels.env import step_bar, step_bar_cpu
+
+    rng = np.random.default_rng()
+    o, h, l, c = (bars.column(x) for x in ("open", "high", "low", "close"))
+    roll = bars.roll_mask.astype(np.int8)
+    spec = bars.market
+    for _ in range(50):
+        t = int(rng.integers(0, len(bars) - 2))
+        args = (o, h, l, c, roll, t, int(rng.integers(-3, 4)), *map(int, rng.integers(0, 3, 3)), bool(rng.random() < 0.1),
+                spec.point_value, spec.tick_size, spec.slippage_ticks, spec.commission_per_side, spec.commission_bps)
+        assert step_bar_cpu(*args) == step_bar(*args)
