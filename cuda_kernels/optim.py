@@ -138,6 +138,12 @@ def guard_kernel(loss, is_w, B, q, n_q, q_limit, clip, guard, stats):
             stats[3] = max(stats[3], s_q[0])
 
 
+@kernel(void(float32[::1], float32))
+def fill_kernel(arr, value):
+    for i in range(cuda.grid(1), arr.shape[0], cuda.gridsize(1)):
+        arr[i] = value
+
+
 # ---- NumPy references ----
 
 def grad_norm_ref(g: np.ndarray, max_norm: float) -> tuple[float, float]:

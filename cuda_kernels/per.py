@@ -91,8 +91,8 @@ def priority_write_kernel(prio, idx, td, owner, batch, capacity, alpha, eps, max
     if i >= batch:
         return
     j = idx[i]
-    if j < 0 or j >= capacity or owner[j] != i:
-        return
+    if j < 0 or j >= capacity or owner[j] != i or not (abs(td[i]) < 3.4e38):
+        return  # a non-finite loss (the guard trips on it) must never poison the priorities
     p = (abs(td[i]) + eps) ** alpha
     prio[j] = p
     cuda.atomic.max(max_prio, 0, p)

@@ -114,7 +114,8 @@ class DeviceNetwork:
         self.d2 = cuda.device_array((rows, H), np.float32, stream=s)
         self.d1 = cuda.device_array((rows, H), np.float32, stream=s)
         self.support, self.bsz, self.boff = support_dev, branch_sizes_dev, branch_offsets_dev
-        self._grid = (max(1, min(1024, (rows * W + 255) // 256)), 256)
+        tpb = 32 if device.simulator else 256
+        self._grid = (max(1, min(4 if device.simulator else 2048, (rows * W + tpb - 1) // tpb)), tpb)
 
     def forward(self, params_flat, x) -> None:
         """x: float32 [rows, obs_dim]; fills h1, h2, head, logp, q."""
