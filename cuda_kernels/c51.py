@@ -127,39 +127,44 @@ def dueling_head_ref(head, branch_sizes, atoms, support):
     return logp, q
 
 
+def project_ref(p_next, reward, done, gamma_n, v_min, v_max, atoms):
+    """C51 projection of the shifted target distribution onto the support (vectorised)."""
+    B = p_next.shape[0]
+    dz = (v_max - v_min) / (atoms - 1)
+    z = v_min + np.arange(atoms) * dz
+    tz = np.clip(reward[:, None] + (1 - done[:, None]) * gamma_n * z[None, :], v_min, v_max)
+    bj = (tz - v_min) / dz
+    lo = np.clip(np.floor(bj).astype(np.int64), 0, atoms - 1)
+    hi = np.clip(np.ceil(bj).astype(np.int64), 0, atoms - 1)
+    m = np.zeros((B, atoms))
+    rows = np.repeat(np.arange(B), atoms).reshape(B, atoms)
+    same = lo == hi
+    np.add.at(m, (rows[same], lo[same]), p_next[same])
+    np.add.at(m, (rows[~same], lo[~same]), (p_next * (hi - bj))[~same])
+    np.add.at(m, (rows[~same], hi[~same]), (p_next * (bj - lo))[~same])
+    return m
+
+
 def c51_loss_ref(logp, q_next, logp_next_target, actions, reward, done, gamma_n, v_min, v_max, atoms, is_w,
                  branch_sizes, grad_scale):
     """Returns (dhead [B, atoms*(1+A)], per-sample loss [B]) in float64."""
     B = logp.shape[0]
-    dz = (v_max - v_min) / (atoms - 1)
-    z = v_min + np.arange(atoms) * dz
     nb = len(branch_sizes)
-    dhead = np.zeros((B, atoms * (1 + sum(branch_sizes))))
+    A = sum(branch_sizes)
+    dadv = np.zeros((B, A, atoms))
+    dv = np.zeros((B, atoms))
     loss = np.zeros(B)
+    rows = np.arange(B)
     off = 0
     for br, n in enumerate(branch_sizes):
         at = np.clip(actions[:, br], 0, n - 1)
         best = np.argmax(q_next[:, off:off + n], axis=1)
-        p_next = np.exp(logp_next_target[np.arange(B), off + best])
-        tz = np.clip(reward[:, None] + (1 - done[:, None]) * gamma_n * z[None, :], v_min, v_max)
-        bj = (tz - v_min) / dz
-        lo, hi = np.clip(np.floor(bj).astype(int), 0, atoms - 1), np.clip(np.ceil(bj).astype(int), 0, atoms - 1)
-        m = np.zeros((B, atoms))
-        for i in range(B):
-            for j in range(atoms):
-                if lo[i, j] == hi[i, j]:
-                    m[i, lo[i, j]] += p_next[i, j]
-                else:
-                    m[i, lo[i, j]] += p_next[i, j] * (hi[i, j] - bj[i, j])
-                    m[i, hi[i, j]] += p_next[i, j] * (bj[i, j] - lo[i, j])
-        lp = logp[np.arange(B), off + at]
+        m = project_ref(np.exp(logp_next_target[rows, off + best]), reward, done, gamma_n, v_min, v_max, atoms)
+        lp = logp[rows, off + at]
         loss += -(m * lp).sum(axis=1)
         g = (np.exp(lp) - m) * (is_w * grad_scale / nb)[:, None]
-        dhead[:, :atoms] += g
-        for i in range(B):
-            c = atoms * (1 + off + at[i])
-            dhead[i, c:c + atoms] += g[i]
-            for a in range(n):
-                dhead[i, atoms * (1 + off + a):atoms * (2 + off + a)] -= g[i] / n
+        dv += g
+        dadv[rows, off + at] += g
+        dadv[:, off:off + n] -= g[:, None, :] / n
         off += n
-    return dhead, loss / nb
+    return np.concatenate([dv, dadv.reshape(B, A * atoms)], axis=1), loss / nb

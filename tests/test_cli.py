@@ -40,11 +40,12 @@ def test_walkforward_on_shipped_sample(strategy, tmp_path, capsys):
 
 def test_run_dir_exists_and_usage_errors(tmp_path, capsys):
     out = tmp_path / "run"
-    assert main([str(SAMPLE), "--out", str(out), "--progress", "none", "--set", "splits.max_folds=1"]) == 0
+    bh = ["--strategy", "buy-and-hold"]
+    assert main([str(SAMPLE), *bh, "--out", str(out), "--progress", "none", "--set", "splits.max_folds=1"]) == 0
     capsys.readouterr()
-    assert main([str(SAMPLE), "--out", str(out), "--progress", "none"]) == 2
+    assert main([str(SAMPLE), *bh, "--out", str(out), "--progress", "none"]) == 2
     assert "exists and is not empty" in capsys.readouterr().err
-    assert main([str(SAMPLE), "--out", str(out), "--force", "--progress", "none", "--set", "splits.max_folds=1"]) == 0
+    assert main([str(SAMPLE), *bh, "--out", str(out), "--force", "--progress", "none", "--set", "splits.max_folds=1"]) == 0
     with pytest.raises(SystemExit) as e:
         main([str(SAMPLE), "--strategy", "astrology"])
     assert e.value.code == 2
@@ -53,7 +54,8 @@ def test_run_dir_exists_and_usage_errors(tmp_path, capsys):
 
 
 def test_too_short_data_exit_65(tmp_path, capsys):
-    rc = main([str(SAMPLE), "--set", "splits.train=100000", "--out", str(tmp_path / "r"), "--progress", "none"])
+    rc = main([str(SAMPLE), "--strategy", "momentum", "--set", "splits.train=100000", "--out", str(tmp_path / "r"),
+               "--progress", "none"])
     assert rc == 65 and "data too short for one fold" in capsys.readouterr().err
 
 
@@ -61,7 +63,8 @@ def test_module_entry_point_subprocess(tmp_path):
     """`python -m workbench.walkforward` as a user runs it: stdout ends with the run directory."""
     out = tmp_path / "run"
     p = subprocess.run([sys.executable, "-m", "workbench.walkforward", str(SAMPLE), "--out", str(out),
-                        "--set", "splits.max_folds=2"], capture_output=True, text=True, cwd=ROOT, timeout=300)
+                        "--strategy", "buy-and-hold", "--set", "splits.max_folds=2"], capture_output=True, text=True,
+                       cwd=ROOT, timeout=300)
     assert p.returncode == 0, p.stderr
     assert p.stdout.strip().splitlines()[-1] == str(out)
     assert "fold 2/2 done" in p.stderr  # not a terminal: plain progress lines
@@ -75,7 +78,31 @@ def test_live_dashboard_renders(tmp_path):
     from workbench.config import load_config
 
     console = Console(file=open(tmp_path / "screen.txt", "w"), force_terminal=True, width=120)
-    WalkForward(load_config(None, ["splits.max_folds=2"])).run(str(SAMPLE), progress=LiveDashboard(console))
+    WalkForward(load_config(None, ["splits.max_folds=2", 'strategy.name="buy-and-hold"'])).run(
+        str(SAMPLE), progress=LiveDashboard(console))
     console.file.close()
     screen = (tmp_path / "screen.txt").read_text()
     assert "workbench walk-forward" in screen and "folds 2/2" in screen and "done" in screen
+
+
+def test_dqn_main_command_on_the_cpu_backend(tmp_path, capsys):
+    """The default strategy trains the agent per fold (CPU reference backend here), with a tiny budget."""
+    out = tmp_path / "run"
+    rc = main([str(SAMPLE), "--device", "cpu", "--epochs", "2", "--max-steps-per-epoch", "20", "--out", str(out),
+               "--progress", "plain", "--set", "splits.max_folds=2", "--set", "training.rollout_steps=16",
+               "--set", "training.learning_starts=256"])
+    cap = capsys.readouterr()
+    assert rc == 0, cap.err
+    assert "epoch 2/2: init=0.0 experience=" in cap.err and "training=" in cap.err and "validation=" in cap.err
+    assert "agent against the rule baselines" in cap.out
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["backend"].startswith("cpu reference backend")
+    assert set(summary["baselines"]) == {"buy-and-hold", "momentum"}
+    epochs = json.loads((out / "fold_000" / "epochs.json").read_text())
+    assert len(epochs) == 2 and epochs[1]["updates"] == 20 and epochs[0]["ms"]["init"] > 0
+    import numpy as np
+
+    w = np.load(out / "fold_000" / "weights.npy")
+    assert w.dtype == np.float32 and np.isfinite(w).all()
+    m = json.loads((out / "fold_001" / "metrics.json").read_text())
+    assert m["strategy"] == "dqn" and m["best_epoch"] in (0, 1) and m["commission_usd"] >= 0

@@ -9,17 +9,15 @@ from __future__ import annotations
 import dataclasses
 import tomllib
 import typing
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError
 
 
-def _f(default: Any, doc: str):
-    if isinstance(default, (list, dict)):
-        raise TypeError("use tuples for sequence defaults")
-    return field(default=default, metadata={"doc": doc})
+from ._fields import _f  # noqa: E402
+from .agent.train_config import TrainConfig  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -59,7 +57,7 @@ class BacktestConfig:
 
 @dataclass(frozen=True)
 class StrategyConfig:
-    name: str = _f("buy-and-hold", "baseline: 'buy-and-hold' or 'momentum'")
+    name: str = _f("dqn", "'dqn' (the agent), or a baseline: 'buy-and-hold', 'momentum'")
     momentum_lookback: int = _f(60, "momentum look-back in bars")
     momentum_threshold: float = _f(0.0, "minimum |log return| over the look-back to hold a position")
 
@@ -71,7 +69,9 @@ class RunConfig:
     features: FeatureConfig = _f(FeatureConfig(), "causal feature set")
     splits: SplitConfig = _f(SplitConfig(), "walk-forward folds")
     backtest: BacktestConfig = _f(BacktestConfig(), "accounting")
-    strategy: StrategyConfig = _f(StrategyConfig(), "rule baselines")
+    strategy: StrategyConfig = _f(StrategyConfig(), "strategy: the DQN agent or a rule baseline")
+    training: TrainConfig = _f(TrainConfig(), "DQN hyper-parameters (defaults: config/training/dqn.toml)")
+    device: str = _f("auto", "'auto' (GPU when present), 'gpu' or 'cpu' (the reference backend)")
 
 
 def _check_value(key: str, value: Any, hint: Any) -> Any:
@@ -202,7 +202,22 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     """Load a run config: built-in defaults, then ``path`` (TOML), then ``overrides``."""
     values = read_toml(path) if path else {}
     values = merge_overrides(values, overrides or [])
-    return build(cls, values)
+    if cls is RunConfig:  # the training table starts from config/training/dqn.toml
+        from .resources import config_file
+
+        base = read_toml(config_file("training", "dqn.toml"))
+        training = values.get("training", {})
+        if not isinstance(training, dict):
+            raise ConfigError("config key 'training' must be a table")
+        values["training"] = {**base, **training}
+    cfg = build(cls, values)
+    if cls is RunConfig:
+        from .agent.train_config import validate
+
+        validate(cfg.training)
+        if cfg.device not in ("auto", "gpu", "cpu"):
+            raise ConfigError(f"device must be 'auto', 'gpu' or 'cpu', got {cfg.device!r}")
+    return cfg
 
 
 def describe(cls: type = RunConfig, prefix: str = "") -> list[tuple[str, Any, str]]:

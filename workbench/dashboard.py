@@ -23,6 +23,16 @@ def _fmt(v, spec: str) -> str:
         return str(v)
 
 
+def epoch_line(log, n_epochs: int) -> str:
+    """``epoch k/E: init=... experience=... training=... validation=... total=... ms`` plus learning figures."""
+    ms = log.ms
+    return (f"epoch {log.epoch + 1}/{n_epochs}: init={ms.get('init', 0.0):.1f} experience={ms['experience']:.1f} "
+            f"training={ms['training']:.1f} validation={ms['validation']:.1f} total={ms['total']:.1f} ms | "
+            f"updates={log.updates} loss={log.loss:.4f} |Q|max={log.max_abs_q:.3g} eps={log.epsilon:.2f} "
+            f"val_sharpe={log.val_sharpe:.2f} val_pnl_usd={log.val_pnl_usd:.0f}"
+            + (" GUARD TRIPPED: weights restored" if log.guard_tripped else ""))
+
+
 class PlainProgress:
     """One line per event on stderr, for logs and pipes."""
 
@@ -49,6 +59,9 @@ class PlainProgress:
         self._say(f"fold {res.fold + 1}/{self.n} done in {seconds:.2f}s: net_pnl_usd={m['net_pnl_usd']:.2f} "
                   f"sharpe={_fmt(m['sharpe'], '.2f')} trades={m['trades']}")
 
+    def epoch(self, fold: int, log, n_epochs: int) -> None:
+        self._say(f"fold {fold + 1}/{self.n} " + epoch_line(log, n_epochs))
+
     def finish(self, summary: dict) -> None:
         self._say(f"finished: {len(summary)} metrics")
 
@@ -63,6 +76,30 @@ class LiveDashboard(PlainProgress):
         self.info: dict = {}
         self.live: Live | None = None
 
+    def epoch(self, fold: int, log, n_epochs: int) -> None:
+        self.epochs = getattr(self, "epochs", {})
+        if getattr(self, "_epoch_fold", None) != fold:
+            self.epochs, self._epoch_fold = {}, fold
+        self.epochs[log.epoch] = log
+        self._n_epochs = n_epochs
+        if fold in self.rows:
+            self.rows[fold][2] = f"epoch {log.epoch + 1}/{n_epochs}"
+        self.live.update(self._render())
+
+    def _epoch_table(self):
+        t = Table(title=f"fold {getattr(self, '_epoch_fold', 0) + 1}: epochs (phase times in ms)")
+        for col in ("epoch", "init", "experience", "training", "validation", "total", "loss", "|Q| max", "eps",
+                    "val Sharpe", "val PnL (USD)"):
+            t.add_column(col, justify="right")
+        for e in sorted(getattr(self, "epochs", {})):
+            g = self.epochs[e]
+            ms = g.ms
+            t.add_row(str(e + 1), f"{ms.get('init', 0):.0f}", f"{ms['experience']:.1f}", f"{ms['training']:.1f}",
+                      f"{ms['validation']:.1f}", f"{ms['total']:.1f}", f"{g.loss:.4f}", f"{g.max_abs_q:.3g}",
+                      f"{g.epsilon:.2f}", _fmt(g.val_sharpe, ".2f") + (" guard" if g.guard_tripped else ""),
+                      f"{g.val_pnl_usd:,.0f}")
+        return t
+
     def _render(self):
         head = " | ".join(f"{k}: {v}" for k, v in self.info.items())
         done = sum(1 for r in self.rows.values() if r[2] in ("done", "failed"))
@@ -71,7 +108,8 @@ class LiveDashboard(PlainProgress):
             t.add_column(col, justify="right" if col not in ("test range", "status") else "left")
         for k in sorted(self.rows):
             t.add_row(*self.rows[k])
-        return Panel(Group(t), title="workbench walk-forward", subtitle=head)
+        parts = [t] + ([self._epoch_table()] if getattr(self, "epochs", None) else [])
+        return Panel(Group(*parts), title="workbench walk-forward", subtitle=head)
 
     def start(self, n_folds: int, info: dict) -> None:
         self.n, self.info = n_folds, info

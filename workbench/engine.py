@@ -5,6 +5,7 @@ A fold that fails is recorded with its error chain and the run goes on to the ne
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 import traceback
 from pathlib import Path
@@ -13,6 +14,8 @@ import numpy as np
 
 from . import metrics as M
 from .accounting import simulate
+from .agent.backend import make_backend
+from .agent.fold import run_dqn_fold
 from .baselines import STRATEGIES, baseline_targets
 from .config import RunConfig, to_toml
 from .data import Bars, load_bars
@@ -22,6 +25,8 @@ from .markets import load_market
 from .results import FoldResult, WalkForwardResult
 from .rundir import RunDir
 from .splits import walk_forward_splits
+
+ALL_STRATEGIES = ("dqn", *STRATEGIES)
 
 
 def _range_text(folds, k: int, part: str) -> str:
@@ -38,15 +43,21 @@ def _error_chain(exc: BaseException) -> str:
 
 
 class WalkForward:
-    """Walk-forward evaluation of one strategy under one :class:`~workbench.config.RunConfig`."""
+    """Walk-forward evaluation of one strategy under one :class:`~workbench.config.RunConfig`.
+
+    ``strategy.name = "dqn"`` (the default) trains the agent per fold on the GPU (or the CPU reference
+    backend), picks the epoch by validation Sharpe and backtests the test range; the rule baselines
+    run on the same folds for comparison (``result.baselines``)."""
 
     def __init__(self, config: RunConfig = RunConfig()):
         self.config = config
 
     def run(self, bars: Bars | str | Path, progress=None, run_dir: RunDir | None = None) -> WalkForwardResult:
         cfg = self.config
-        if cfg.strategy.name not in STRATEGIES:
-            raise ConfigError(f"unknown strategy '{cfg.strategy.name}'", f"choose one of: {', '.join(STRATEGIES)}")
+        if cfg.strategy.name not in ALL_STRATEGIES:
+            raise ConfigError(f"unknown strategy '{cfg.strategy.name}'", f"choose one of: {', '.join(ALL_STRATEGIES)}")
+        agent = cfg.strategy.name == "dqn"
+        backend = make_backend(cfg.device) if agent else None
         if not isinstance(bars, Bars):
             bars = load_bars(bars, market=cfg.data.market, naive_tz=cfg.data.naive_tz, unsorted=cfg.data.unsorted)
         spec = bars.market if cfg.data.market == "auto" else load_market(cfg.data.market)
@@ -58,8 +69,11 @@ class WalkForward:
             run_dir.write_parquet("folds.parquet", folds)
             run_dir.write_json("folds.json", folds.to_dict(orient="records"))
         if progress:
-            progress.start(len(folds), {"data": Path(bars.source).name if bars.source else "bars", "market": spec.name,
-                                        "strategy": cfg.strategy.name, "bars": len(bars)})
+            info = {"data": Path(bars.source).name if bars.source else "bars", "market": spec.name,
+                    "strategy": cfg.strategy.name, "bars": len(bars)}
+            if backend is not None:
+                info["backend"] = backend.describe()
+            progress.start(len(folds), info)
         results = []
         for k in range(len(folds)):
             ranges = {p: _range_text(folds, k, p) for p in ("train", "val", "test")}
@@ -67,14 +81,22 @@ class WalkForward:
                 progress.fold_started(k, ranges)
             t0 = time.perf_counter()
             try:
-                res = self._run_fold(k, folds, bars, feats, spec, ranges)
+                if agent:
+                    on_epoch = (lambda log, k=k: progress.epoch(k, log, cfg.training.epochs)) if progress else None
+                    res = run_dqn_fold(k, folds, bars, feats, cfg, backend, spec, ranges, on_epoch)
+                else:
+                    res = self._run_fold(k, folds, bars, feats, spec, ranges)
             except (WorkbenchError, ValueError, ArithmeticError, IndexError) as exc:
                 res = FoldResult(k, cfg.strategy.name, bars.frame.iloc[:0], bars.frame.iloc[:0], {}, ranges,
                                  error=_error_chain(exc))
                 res.traceback = traceback.format_exc()
             results.append(res)
             if run_dir is not None and res.ok:
-                run_dir.write_fold(k, res.metrics, res.trades, res.bars, {"ranges": ranges, "strategy": res.strategy})
+                extra = {"ranges": ranges, "strategy": res.strategy}
+                files = {}
+                if agent:
+                    files = {"epochs.json": [dataclasses.asdict(e) for e in res.epochs], "weights.npy": res.params}
+                run_dir.write_fold(k, res.metrics, res.trades, res.bars, extra, files)
             elif run_dir is not None:
                 run_dir.write_json(f"fold_{k:03d}_error.json", {"fold": k, "error": res.error,
                                                                 "traceback": getattr(res, "traceback", "")})
@@ -83,10 +105,18 @@ class WalkForward:
         result = WalkForwardResult(cfg.strategy.name, folds, results, spec, cfg.backtest.capital,
                                    str(run_dir.path) if run_dir else None)
         summary = result.metrics
+        if agent:  # the rule baselines on the same folds, for comparison
+            result.baselines = {}
+            for name in STRATEGIES:
+                sub = dataclasses.replace(cfg, strategy=dataclasses.replace(cfg.strategy, name=name))
+                base = [WalkForward(sub)._run_fold(k, folds, bars, feats, spec, {}) for k in range(len(folds))]
+                result.baselines[name] = WalkForwardResult(name, folds, base, spec, cfg.backtest.capital).metrics
         if run_dir is not None:
             run_dir.write_parquet("oos_equity.parquet", result.stitched)
             run_dir.write_json("summary.json", {"strategy": cfg.strategy.name, "market": spec.name,
-                                                "stitched_oos": summary, "folds": result.to_frame().to_dict(orient="records")})
+                                                "backend": backend.describe() if backend else "host",
+                                                "stitched_oos": summary, "baselines": result.baselines,
+                                                "folds": result.to_frame().to_dict(orient="records")})
         if progress:
             progress.finish(summary)
         return result

@@ -11,21 +11,22 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import config as _config
+from ._fields import _f
 from .errors import ConfigError
 from .resources import config_dir
 
 
 @dataclass(frozen=True)
 class GpuProfile:
-    name: str = _config._f("default", "profile name")
-    match: tuple[str, ...] = _config._f((), "device-name substrings that select this profile")
-    hidden: int = _config._f(256, "MLP trunk width")
-    atoms: int = _config._f(51, "C51 atoms")
-    batch: int = _config._f(256, "replay batch per training step")
-    n_envs: int = _config._f(256, "parallel environments")
-    replay_vram_fraction: float = _config._f(0.05, "share of free device memory for the replay ring")
-    gemm: str = _config._f("numba", "'cublas' or 'numba'")
-    math: str = _config._f("fp32", "'fp32' or 'tf32'")
+    name: str = _f("default", "profile name")
+    match: tuple[str, ...] = _f((), "device-name substrings that select this profile")
+    hidden: int = _f(256, "MLP trunk width")
+    atoms: int = _f(51, "C51 atoms")
+    batch: int = _f(256, "replay batch per training step")
+    n_envs: int = _f(256, "parallel environments")
+    replay_vram_fraction: float = _f(0.05, "share of free device memory for the replay ring")
+    gemm: str = _f("numba", "'cublas' or 'numba'")
+    math: str = _f("fp32", "'fp32' or 'tf32'")
 
 
 def load_profile(name_or_path: str) -> GpuProfile:

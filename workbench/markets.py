@@ -5,6 +5,7 @@ import datetime as dt
 from dataclasses import dataclass
 
 from . import config as _config
+from ._fields import _f
 from .errors import ConfigError
 from .resources import config_dir
 
@@ -13,19 +14,19 @@ from .resources import config_dir
 class MarketSpec:
     """One market's contract terms; all money in USD, all prices in the quote's points."""
 
-    name: str = _config._f("GENERIC", "short name")
-    description: str = _config._f("", "human-readable name")
-    symbol_prefixes: tuple[str, ...] = _config._f((), "symbols starting with one of these match")
-    point_value: float = _config._f(1.0, "USD per point per contract")
-    tick_size: float = _config._f(0.01, "minimum price increment in points")
-    commission_per_side: float = _config._f(0.0, "USD per contract per side")
-    commission_bps: float = _config._f(0.0, "basis points of notional per side")
-    slippage_ticks: float = _config._f(1.0, "ticks paid on every market order")
-    session_tz: str = _config._f("UTC", "exchange time zone")
-    halt_start: str = _config._f("", "daily halt start HH:MM exchange time ('' = none)")
-    halt_end: str = _config._f("", "daily halt end HH:MM exchange time")
-    day_end: str = _config._f("00:00", "trading-day boundary HH:MM exchange time")
-    units: str = _config._f("contracts", "what one unit of position is")
+    name: str = _f("GENERIC", "short name")
+    description: str = _f("", "human-readable name")
+    symbol_prefixes: tuple[str, ...] = _f((), "symbols starting with one of these match")
+    point_value: float = _f(1.0, "USD per point per contract")
+    tick_size: float = _f(0.01, "minimum price increment in points")
+    commission_per_side: float = _f(0.0, "USD per contract per side")
+    commission_bps: float = _f(0.0, "basis points of notional per side")
+    slippage_ticks: float = _f(1.0, "ticks paid on every market order")
+    session_tz: str = _f("UTC", "exchange time zone")
+    halt_start: str = _f("", "daily halt start HH:MM exchange time ('' = none)")
+    halt_end: str = _f("", "daily halt end HH:MM exchange time")
+    day_end: str = _f("00:00", "trading-day boundary HH:MM exchange time")
+    units: str = _f("contracts", "what one unit of position is")
 
     @property
     def slippage_points(self) -> float:

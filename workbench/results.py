@@ -39,6 +39,7 @@ class WalkForwardResult:
     market: MarketSpec
     capital: float
     run_dir: str | None = None
+    baselines: dict = field(default_factory=dict)  # stitched metrics of the rule baselines on the same folds
 
     @property
     def stitched(self) -> pd.DataFrame:

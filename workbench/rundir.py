@@ -5,7 +5,9 @@ Layout::
     RUN/config.toml            resolved config (reproduces the run with --config)
     RUN/data_report.json       validation report of the input
     RUN/folds.parquet|json     the folds table
-    RUN/fold_000/              metrics.json, trades.parquet, bars.parquet (written atomically)
+    RUN/fold_000/              metrics.json, trades.parquet, bars.parquet; for the agent also
+                               epochs.json (per-epoch phase timings, losses, validation) and
+                               weights.npy (the selected epoch's flat parameters); written atomically
     RUN/summary.json           stitched out-of-sample metrics, per-fold table, annualisation
     RUN/oos_equity.parquet     stitched out-of-sample per-bar series
 
@@ -20,6 +22,7 @@ import os
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from .errors import UsageError
@@ -70,7 +73,8 @@ class RunDir:
         os.replace(tmp, dest)
         return dest
 
-    def write_fold(self, fold: int, metrics: dict, trades: pd.DataFrame, bars: pd.DataFrame, extra: dict | None = None) -> Path:
+    def write_fold(self, fold: int, metrics: dict, trades: pd.DataFrame, bars: pd.DataFrame, extra: dict | None = None,
+                   files: dict | None = None) -> Path:
         final = self.path / f"fold_{fold:03d}"
         tmp = self.path / f".fold_{fold:03d}.tmp"
         if tmp.exists():
@@ -79,6 +83,11 @@ class RunDir:
         (tmp / "metrics.json").write_text(dumps({"fold": fold, **metrics, **(extra or {})}) + "\n")
         trades.to_parquet(tmp / "trades.parquet")
         bars.to_parquet(tmp / "bars.parquet")
+        for name, obj in (files or {}).items():
+            if name.endswith(".npy"):
+                np.save(tmp / name, obj)
+            else:
+                (tmp / name).write_text(dumps(obj) + "\n")
         if final.exists():
             shutil.rmtree(final)
         os.replace(tmp, final)

@@ -15,10 +15,9 @@ import traceback
 from rich.console import Console
 from rich.table import Table
 
-from .baselines import STRATEGIES
 from .config import describe, load_config
 from .dashboard import make_progress
-from .engine import WalkForward
+from .engine import ALL_STRATEGIES, WalkForward
 from .errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_USAGE, UsageError, WorkbenchError
 from .rundir import RunDir, dumps
 
@@ -32,7 +31,11 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="python -m workbench.walkforward", description=__doc__.split("\n")[0])
     p.add_argument("data", nargs="?", help="bars: parquet file or directory, or CSV")
-    p.add_argument("--strategy", choices=STRATEGIES, help="rule baseline to run (default: config's strategy.name)")
+    p.add_argument("--strategy", choices=ALL_STRATEGIES,
+                   help="dqn (the agent, default) or a rule baseline: buy-and-hold, momentum")
+    p.add_argument("--device", choices=("auto", "gpu", "cpu"), help="where the agent trains (default auto: GPU if present)")
+    p.add_argument("--epochs", type=int, help="training epochs per fold (training.epochs)")
+    p.add_argument("--max-steps-per-epoch", type=int, help="gradient updates per epoch (training.max_steps_per_epoch)")
     p.add_argument("--config", help="TOML run config (see --help-config for every key)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override one config key, e.g. --set splits.train=30000 (repeatable)")
@@ -62,12 +65,27 @@ def _print_results(result, console: Console) -> None:
     for k, v in m.items():
         s.add_row(k, f"{v:.6g}" if isinstance(v, float) else str(v))
     console.print(s)
+    if result.baselines:
+        c = Table(title="stitched out-of-sample: agent against the rule baselines (same folds, same costs)")
+        names = [result.strategy, *result.baselines]
+        c.add_column("metric")
+        for n in names:
+            c.add_column(n, justify="right")
+        rows = {result.strategy: m, **result.baselines}
+        for key in ("net_pnl_usd", "sharpe", "psr", "max_drawdown", "trades", "commission_usd", "slippage_usd"):
+            c.add_row(key, *[f"{rows[n].get(key, float('nan')):.4g}" for n in names])
+        console.print(c)
 
 
 def run(args: argparse.Namespace) -> int:
     overrides = list(args.set)
     if args.strategy:
         overrides.append(f'strategy.name="{args.strategy}"')
+    if args.device:
+        overrides.append(f'device="{args.device}"')
+    for flag, key in ((args.epochs, "training.epochs"), (args.max_steps_per_epoch, "training.max_steps_per_epoch")):
+        if flag is not None:
+            overrides.append(f"{key}={flag}")
     cfg = load_config(args.config, overrides)
     if not args.data:
         raise UsageError("missing DATA argument", "e.g. python -m workbench.walkforward data/es_sample.parquet")

@@ -3,11 +3,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .. import config as _config
+from .._fields import _f
 from ..errors import ConfigError
-from ..resources import config_file
-
-_f = _config._f
 
 
 @dataclass(frozen=True)
@@ -66,6 +63,9 @@ def validate(cfg: TrainConfig) -> TrainConfig:
 
 def load_train_config(path: str | None = None, overrides: list[str] | None = None) -> TrainConfig:
     """Defaults, then ``config/training/dqn.toml`` (or ``path``), then ``key=value`` overrides."""
+    from .. import config as _config
+    from ..resources import config_file
+
     values = _config.read_toml(path or config_file("training", "dqn.toml"))
     values = _config.merge_overrides(values, overrides or [])
     return validate(_config.build(TrainConfig, values, prefix="training."))

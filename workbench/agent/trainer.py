@@ -103,6 +103,7 @@ class DeviceTrainer:
         self.spec, self.capital, self.seed = spec, capital, seed
         self.tpb = _tpb(device)
         self.red = 32 if device.simulator else 1024  # threads of one-block reductions (a power of two)
+        self.norm_blocks = 2 if device.simulator else K_opt.NORM_BLOCKS  # fixed per device: deterministic
         self.k0, self.k1 = (seed * 2654435761) & 0xFFFFFFFF, (seed * 40503 + 12345) & 0xFFFFFFFF
 
     # ---------------------------------------------------------------- setup
@@ -135,7 +136,7 @@ class DeviceTrainer:
         self.lr = up(np.array([cfg.lr], np.float32))
         self.step = zeros(1, np.int64)          # update counter (Adam's t, PER's Philox step)
         self.env_step_ctr = zeros(1, np.int64)  # env-step counter (exploration and reset draws)
-        self.partials = zeros(K_opt.NORM_BLOCKS, np.float64)
+        self.partials = zeros(self.norm_blocks, np.float64)
         self.clip = zeros(2, np.float32)
         self.guard = zeros(1, np.int32)
         self.stats = zeros(4, np.float32)
@@ -248,9 +249,8 @@ class DeviceTrainer:
                                  cfg.gamma ** cfg.n_step, cfg.v_min, cfg.v_max, sh.atoms, self.isw, 3, self.bsz,
                                  self.boff, 1.0 / B, self.dhead, self.loss_b, B)
         self.net_s.backward(self.params, self.grads, self.obs_s, self.dhead)
-        K_opt.sumsq_partial_kernel[K_opt.NORM_BLOCKS, self.red, st](
-            self.grads, sh.n_params, self.partials)
-        K_opt.grad_norm_finalize_kernel[1, self.red, st](self.partials, K_opt.NORM_BLOCKS, cfg.grad_clip, self.clip)
+        K_opt.sumsq_partial_kernel[self.norm_blocks, self.red, st](self.grads, sh.n_params, self.partials)
+        K_opt.grad_norm_finalize_kernel[1, self.red, st](self.partials, self.norm_blocks, cfg.grad_clip, self.clip)
         K_opt.guard_kernel[1, self.red, st](self.loss_b, self.isw, B, self.net_s.q, B, cfg.q_limit, self.clip,
                                             self.guard, self.stats)
         gp = _gs(self.device, sh.n_params, 256 if not self.device.simulator else 32) + (st,)
@@ -328,6 +328,7 @@ class DeviceTrainer:
             r = readback.read()  # the epoch's one host sync
             ms = {"experience": ev[0].elapsed_ms(ev[1]), "training": ev[1].elapsed_ms(ev[2]),
                   "validation": ev[2].elapsed_ms(ev[3])}
+            ms["init"] = init_ms if epoch == 0 else 0.0  # the fold's one-off init phase, reported once
             ms["total"] = sum(ms.values())
             stats, val = r["stats"], r["val"]
             tripped = bool(r["guard"][0])

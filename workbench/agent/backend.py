@@ -1,0 +1,50 @@
+"""Choosing the backend: the GPU trainer when a device is there (or asked for), the CPU reference otherwise."""
+from __future__ import annotations
+
+from cuda_kernels.nb import gpu_available
+
+from ..errors import ConfigError
+from ..gpu_profile import load_profile, select_profile
+
+
+class Backend:
+    """What trains a fold: ``kind`` is 'gpu' or 'cpu'; ``profile`` its sizes; ``describe()`` for reports."""
+
+    def __init__(self, kind: str):
+        import os
+
+        self.kind = kind
+        self.device = self.gemm = None
+        if kind == "gpu":
+            from ..device import Device
+            from .gemm import make_gemm
+
+            self.device = Device()
+            self.profile = select_profile(self.device.info.name)
+            self.gemm = make_gemm(self.device, self.profile.gemm, self.profile.math)
+        else:
+            override = os.environ.get("WORKBENCH_GPU_PROFILE")
+            self.profile = load_profile(override) if override else load_profile("cpu")
+
+    def trainer(self, cfg, spec, capital: float, seed: int):
+        if self.kind == "gpu":
+            from .trainer import DeviceTrainer
+
+            return DeviceTrainer(self.device, self.gemm, self.profile, cfg, spec, capital, seed)
+        from .cpu_trainer import CpuTrainer
+
+        return CpuTrainer(self.profile, cfg, spec, capital, seed)
+
+    def describe(self) -> str:
+        if self.kind == "gpu":
+            i = self.device.info
+            return f"gpu {i.name} ({i.total_memory / 2**30:.0f} GiB), profile {self.profile.name}, gemm {self.gemm.name}"
+        return f"cpu reference backend, profile {self.profile.name}"
+
+
+def make_backend(choice: str) -> Backend:
+    if choice not in ("auto", "gpu", "cpu"):
+        raise ConfigError(f"device must be 'auto', 'gpu' or 'cpu', got {choice!r}")
+    if choice == "gpu" and not gpu_available():
+        raise ConfigError("device 'gpu' asked for, but no CUDA device is available", "use --device cpu or auto")
+    return Backend("gpu" if choice == "gpu" or (choice == "auto" and gpu_available()) else "cpu")

@@ -1,0 +1,55 @@
+"""One DQN fold end to end: window -> train (GPU or CPU) -> test backtest -> host accounting check.
+
+The test range is backtested by the trainer (on the device for the GPU backend). The host then
+rebuilds the orders the greedy policy placed along its own position path and runs them through
+``workbench.accounting.simulate`` -- the same accounting as the baselines -- and refuses the fold if
+the two disagree on any bar's PnL by more than a cent. Trades and metrics come from ``simulate``.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from cuda_kernels.env import EXEC_KEEP, EXEC_PASSIVE
+
+from .. import metrics as M
+from ..accounting import PASSIVE, simulate
+from ..results import FoldResult
+from .window import make_window
+
+
+def orders_from_actions(actions: np.ndarray, position: np.ndarray, close: np.ndarray, tick: float):
+    """Vectorised: (target, order kind, limit) of the action taken at every bar along the held path."""
+    d, size, ex = (np.clip(actions[:, i], 0, 2) for i in range(3))
+    held = position.astype(np.int64)
+    target = np.where(ex == EXEC_KEEP, held, (d - 1) * (size + 1))
+    order = np.where((ex == EXEC_PASSIVE) & (target != held), PASSIVE, 0).astype(np.int8)
+    limit = np.where(target > held, close - tick, close + tick)
+    return target, order, limit
+
+
+class AccountingMismatch(ArithmeticError):
+    pass
+
+
+def run_dqn_fold(k: int, folds, bars, feats, cfg, backend, spec, ranges: dict, on_epoch=None):
+    fold = folds.loc[k].to_dict()
+    w = make_window(bars, feats, fold)
+    trainer = backend.trainer(cfg.training, spec, cfg.backtest.capital, seed=cfg.seed * 1000 + k)
+    res = trainer.train_fold(w, on_epoch=on_epoch)
+    a, b = int(fold["test_start"]), int(fold["test_stop"])
+    test = bars.slice(a, b)
+    close = test.column("close")
+    # the decision at bar t is taken holding the position over bar t (the backtest's table look-up)
+    target, order, limit = orders_from_actions(res.test_actions, res.test_position, close, spec.tick_size)
+    sim = simulate(target, test, spec, order=order, limit=limit, capital=cfg.backtest.capital)
+    gap = np.abs(sim.pnl[1:] - res.test_pnl[1:])
+    if len(gap) and gap.max() > 0.01:
+        t = int(np.argmax(gap)) + 1
+        raise AccountingMismatch(f"fold {k}: backtest PnL differs from simulate() by {gap.max():.4f} USD at test bar {t}")
+    m = M.summarize(sim.pnl, sim.index, sim.position, sim.trades, spec, cfg.backtest.capital, sim.commission, sim.slippage)
+    m.update(best_epoch=res.best_epoch, best_val_sharpe=res.best_val_sharpe, backend=res.backend,
+             init_ms=res.init_ms, **{f"counter_{key}": v for key, v in res.counters.items()})
+    out = FoldResult(k, "dqn", sim.frame(), sim.trades, m, ranges)
+    out.epochs = res.epochs
+    out.params = res.params
+    return out
