@@ -285,9 +285,9 @@ class DeviceTrainer:
         K_ro.daily_sharpe_kernel[1, 1, st](self.bt_pnl, self.day, w.val[0], w.val[1], self.capital, self.val_out)
 
     # ---------------------------------------------------------------- the fold
-    def train_fold(self, w: Window, on_epoch=None) -> FoldTrainResult:
-        d, cfg = self.device, self.cfg
-        t0 = time.perf_counter()
+    def prepare(self, w: Window) -> dict:
+        """The init phase: allocate, upload, launch everything once, capture the graphs."""
+        d = self.device
         self._allocate(w)
         st = d.stream
         self._reset_envs(st, w)
@@ -298,11 +298,20 @@ class DeviceTrainer:
             self._validate(st, w)
             self._finish_rollout(st)
             self._restore_after_warmup(st, w)
-        exp_graph = d.capture(lambda s: self._experience_step(s, w))
-        fin_graph = d.capture(self._finish_rollout)
-        upd_graph = d.capture(self._update)
-        val_graph = d.capture(lambda s: self._validate(s, w))
+        graphs = {"experience": d.capture(lambda s: self._experience_step(s, w)),
+                  "finish_rollout": d.capture(self._finish_rollout),
+                  "update": d.capture(self._update),
+                  "validation": d.capture(lambda s: self._validate(s, w))}
         d.synchronize()
+        return graphs
+
+    def train_fold(self, w: Window, on_epoch=None) -> FoldTrainResult:
+        d, cfg = self.device, self.cfg
+        t0 = time.perf_counter()
+        graphs = self.prepare(w)
+        st = d.stream
+        exp_graph, fin_graph = graphs["experience"], graphs["finish_rollout"]
+        upd_graph, val_graph = graphs["update"], graphs["validation"]
         init_ms = (time.perf_counter() - t0) * 1e3
         readback = Readback(d, {"stats": self.stats, "guard": self.guard, "val": self.val_out, "size": self.size,
                                 "bad": self.bad})

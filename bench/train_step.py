@@ -1,0 +1,202 @@
+"""Training-step benchmark at the reference shape (issue #4): ours vs PyTorch on the same GPU, same run.
+
+Shape: batch 1024, hidden 512, 51 atoms, 3 branches of 3 actions, observation = 16 features + 7
+position one-hot, replay of 1M transitions. One update = PER sample from 1M (prefix sum + stratified
+search + weights), gathers, online forward on s and s', target forward on s', dueling C51 double-DQN
+n-step loss, backward, global-norm clip, Adam, priority update, Polyak target update.
+
+- ours: ``DeviceTrainer``'s captured update graph (``graph``) and the same kernels launched eagerly
+  from Python (``eager``), cuBLAS fp32, and cuBLAS TF32;
+- PyTorch: the same network and update written with torch ops, eager and captured as a torch CUDA
+  graph (Adam capturable=True), fp32 with TF32 disabled.
+
+Each figure: median ms per update over 5 timed blocks of ``--steps`` updates, after warm-up.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+
+import numpy as np
+
+B, H, ATOMS, F, CAP = 1024, 512, 51, 16, 1 << 20
+BRANCHES = (3, 3, 3)
+N_POS = 7
+
+
+def _window(T=40_000, seed=0):
+    from workbench.agent.window import Window
+    import pandas as pd
+
+    rng = np.random.default_rng(seed)
+    close = np.round((5000 + np.cumsum(rng.normal(0, 0.5, T))) / 0.25) * 0.25
+    open_ = np.concatenate([[close[0]], close[:-1]])
+    idx = pd.date_range("2024-01-01", periods=T, freq="min", tz="UTC")
+    return Window(0, rng.normal(size=(T, F)).astype(np.float32), open_, np.maximum(open_, close) + 0.25,
+                  np.minimum(open_, close) - 0.25, close, np.zeros(T, np.int8), (np.arange(T) // 1380).astype(np.int32),
+                  (0, 30_000), (30_100, 35_000), (35_100, 40_000), idx)
+
+
+def ours(math: str, steps: int, rows: list):
+    from workbench.agent.gemm import make_gemm
+    from workbench.agent.train_config import TrainConfig
+    from workbench.agent.trainer import DeviceTrainer
+    from workbench.device import Device
+    from workbench.gpu_profile import GpuProfile
+    from workbench.markets import load_market
+
+    device = Device()
+    prof = GpuProfile(name="bench", hidden=H, atoms=ATOMS, batch=B, n_envs=4096, replay_vram_fraction=0.5,
+                      gemm="cublas", math=math)
+    cfg = TrainConfig(replay_capacity=CAP, rollout_steps=256, learning_starts=0)
+    tr = DeviceTrainer(device, make_gemm(device, "cublas", math), prof, cfg, load_market("es"), 100_000.0, seed=1)
+    w = _window()
+    g = tr.prepare(w)
+    g["experience"].replay(tr.K_hist)  # 4096 envs x 256 steps = 1M transitions: a full ring
+    g["finish_rollout"].replay(1)
+    device.synchronize()
+
+    def time_it(fn):
+        fn()
+        device.synchronize()
+        out = []
+        for _ in range(5):
+            a = device.event().record()
+            fn()
+            b = device.event().record()
+            out.append(a.elapsed_ms(b) / steps)
+        return statistics.median(out)
+
+    graph_ms = time_it(lambda: g["update"].replay(steps))
+    eager_ms = time_it(lambda: [tr._update(device.stream) for _ in range(steps)])
+    rows.append((f"ours, graph replay, cuBLAS {math}", graph_ms, g["update"].n_nodes))
+    rows.append((f"ours, eager Numba launches, cuBLAS {math}", eager_ms, g["update"].n_nodes))
+    rb = tr.size.copy_to_host()[0]
+    assert rb == CAP, rb
+    return tr
+
+
+def torch_update(steps: int, rows: list, graph: bool):
+    import torch
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    dev = torch.device("cuda")
+    g = torch.Generator(device=dev).manual_seed(0)
+    D, A = F + N_POS, sum(BRANCHES)
+    W = ATOMS * (1 + A)
+    net = torch.nn.Sequential(torch.nn.Linear(D, H), torch.nn.ReLU(), torch.nn.Linear(H, H), torch.nn.ReLU(),
+                              torch.nn.Linear(H, W)).to(dev)
+    tgt = torch.nn.Sequential(torch.nn.Linear(D, H), torch.nn.ReLU(), torch.nn.Linear(H, H), torch.nn.ReLU(),
+                              torch.nn.Linear(H, W)).to(dev)
+    tgt.load_state_dict(net.state_dict())
+    opt = torch.optim.Adam(net.parameters(), lr=1e-4, eps=1.5e-4, capturable=True)
+    support = torch.linspace(-10, 10, ATOMS, device=dev)
+    feats = torch.randn(40_000, F, device=dev, generator=g)
+    prio = torch.rand(CAP, device=dev, generator=g) + 0.1
+    ints = torch.randint(0, 30_000, (CAP, 7), device=dev, generator=g)
+    ints[:, [1, 6]] = torch.randint(0, N_POS, (CAP, 2), device=dev, generator=g)
+    ints[:, 2:5] = torch.randint(0, 3, (CAP, 3), device=dev, generator=g)
+    rew = torch.randn(CAP, device=dev, generator=g) * 0.1
+    done = (torch.rand(CAP, device=dev, generator=g) < 0.01).float()
+    eye = torch.eye(N_POS, device=dev)
+    ar = torch.arange(B, device=dev)
+    gamma_n, vmin, vmax, dz = 0.99 ** 3, -10.0, 10.0, 20.0 / (ATOMS - 1)
+    params, tparams = list(net.parameters()), list(tgt.parameters())
+
+    def heads(x, model):
+        out = model(x).view(B, 1 + A, ATOMS)
+        V, adv = out[:, :1], out[:, 1:]
+        logps = []
+        for i, n in enumerate(BRANCHES):
+            a = adv[:, sum(BRANCHES[:i]):sum(BRANCHES[:i]) + n]
+            logps.append(torch.log_softmax(V + a - a.mean(1, keepdim=True), dim=-1))
+        return logps
+
+    def step():
+        cums = torch.cumsum(prio.double(), 0)
+        total = cums[-1]
+        u = (torch.arange(B, device=dev, dtype=torch.float64) + torch.rand(B, device=dev, dtype=torch.float64)) * total / B
+        idx = torch.searchsorted(cums, u, right=True).clamp_(max=CAP - 1)
+        w = (CAP * prio[idx] / total.float()) ** -0.4
+        w = w / w.max()
+        r = ints[idx]
+        s = torch.cat([feats[r[:, 0]], eye[r[:, 1]]], 1)
+        s2 = torch.cat([feats[r[:, 5]], eye[r[:, 6]]], 1)
+        logp = heads(s, net)
+        with torch.no_grad():
+            on2, tg2 = heads(s2, net), heads(s2, tgt)
+            tz = (rew[idx, None] + (1 - done[idx, None]) * gamma_n * support[None]).clamp(vmin, vmax)
+            bj = (tz - vmin) / dz
+            lo, hi = bj.floor().long(), bj.ceil().long()
+        loss_b = 0
+        for i in range(len(BRANCHES)):
+            with torch.no_grad():
+                best = (on2[i].exp() * support).sum(-1).argmax(1)
+                pn = tg2[i][ar, best].exp()
+                m = torch.zeros(B, ATOMS, device=dev)
+                m.scatter_add_(1, lo, pn * (hi.float() - bj + (lo == hi).float()))
+                m.scatter_add_(1, hi, pn * (bj - lo.float()))
+            loss_b = loss_b - (m * logp[i][ar, r[:, 2 + i]]).sum(-1)
+        loss_b = loss_b / len(BRANCHES)
+        loss = (w * loss_b).mean()
+        opt.zero_grad(set_to_none=False)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 10.0, foreach=True)
+        opt.step()
+        prio[idx] = (loss_b.detach() + 1e-3) ** 0.6
+        with torch.no_grad():
+            torch._foreach_lerp_(tparams, params, 0.005)
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            step()
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    if graph:
+        cg = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(cg):
+            step()
+        run = lambda: [cg.replay() for _ in range(steps)]  # noqa: E731
+    else:
+        run = lambda: [step() for _ in range(steps)]  # noqa: E731
+    run()
+    torch.cuda.synchronize()
+    out = []
+    for _ in range(5):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        run()
+        b.record()
+        b.synchronize()
+        out.append(a.elapsed_time(b) / steps)
+    rows.append((f"PyTorch {torch.__version__}, {'CUDA graph' if graph else 'eager'}, fp32 (no TF32)",
+                 statistics.median(out), None))
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--steps", type=int, default=200)
+    p.add_argument("--json")
+    args = p.parse_args()
+    rows: list = []
+    ours("fp32", args.steps, rows)
+    ours("tf32", args.steps, rows)
+    for graph in (False, True):
+        torch_update(max(20, args.steps // 4) if not graph else args.steps, rows, graph)
+    D, W = F + N_POS, ATOMS * 10
+    fwd = 2 * B * (D * H + H * H + H * W)
+    print(f"update at batch {B}, hidden {H}, {ATOMS} atoms, 3x3 actions, replay {CAP}: "
+          f"{(3 * fwd + 2 * fwd) / 1e9:.2f} GFLOP of GEMMs per update")
+    for name, ms, nodes in rows:
+        print(f"{name:52s} {ms:8.4f} ms/update" + (f"  ({nodes} graph nodes)" if nodes else ""))
+    if args.json:
+        json.dump(rows, open(args.json, "w"), indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
