@@ -91,19 +91,44 @@ def bias_act_kernel(Y, bias, M, N, act):
         Y[i, j] = y
 
 
+BWD_TILE = 32  # columns per block; the block is (columns, row groups), at most 32 x 32
+BWD_SMEM = (32, 33)  # a compile-time shape (one pad column against bank conflicts)
+
+
 @kernel(void(float32[:, ::1], float32[:, ::1], float32[::1], int64, int64, int32))
 def bias_act_backward_kernel(dY, Y, dbias, M, N, act):
     """In place dY <- dY * act'(Y) (Y is the activation's output); dbias[j] = sum_i of the result.
-    One thread per column, rows summed in order: deterministic, coalesced across the warp."""
-    for j in range(cuda.grid(1), N, cuda.gridsize(1)):
-        acc = float32(0.0)
-        for i in range(M):
+
+    Block (bx, by) <= (32, 32): bx columns side by side (coalesced rows), by row groups; thread (x, y)
+    sums rows y, y + by, ... of its column, then the block adds the by partial sums of each column in a
+    fixed order: deterministic, and by times more parallel than one thread per column (which left the
+    GPU waiting on one chain of M loads per column)."""
+    s = cuda.shared.array(BWD_SMEM, float32)
+    tx = cuda.threadIdx.x
+    ty = cuda.threadIdx.y
+    by = cuda.blockDim.y
+    j = cuda.blockIdx.x * cuda.blockDim.x + tx
+    acc = float32(0.0)
+    if j < N:
+        for i in range(ty, M, by):
             d = dY[i, j]
             if act == ACT_RELU and Y[i, j] <= 0:
                 d = 0.0
             dY[i, j] = d
             acc += d
-        dbias[j] = acc
+    s[ty, tx] = acc
+    cuda.syncthreads()
+    if ty == 0 and j < N:
+        total = float32(0.0)
+        for k in range(by):
+            total += s[k, tx]
+        dbias[j] = total
+
+
+def bias_backward_launch(N: int, simulator: bool) -> tuple[int, tuple[int, int]]:
+    """(grid, block) for ``bias_act_backward_kernel``: small blocks in the simulator."""
+    block = (8, 4) if simulator else (BWD_TILE, BWD_TILE)
+    return ((N + block[0] - 1) // block[0], block)
 
 
 def gemm_ref(A, B, C, trans_a, trans_b, alpha, beta):

@@ -136,16 +136,15 @@ class DeviceNetwork:
         """dhead: float32 [rows, head_width] (overwritten); writes every gradient into grads_flat."""
         p, g = views(params_flat, self.shape), views(grads_flat, self.shape)
         st, sh = self.device.stream, self.shape
-        cols = (max(1, (sh.head_width + 127) // 128), 128)
-        hcols = (max(1, (sh.hidden + 127) // 128), 128)
-        dense.bias_act_backward_kernel[cols[0], cols[1], st](dhead, self.head, g["b3"], self.rows, sh.head_width,
-                                                            dense.ACT_IDENTITY)
+        sim = self.device.simulator
+        gw, bw = dense.bias_backward_launch(sh.head_width, sim)
+        gh, bh = dense.bias_backward_launch(sh.hidden, sim)
+        dense.bias_act_backward_kernel[gw, bw, st](dhead, self.head, g["b3"], self.rows, sh.head_width,
+                                                  dense.ACT_IDENTITY)
         self.gemm.gemm(self.h2, dhead, g["W3"], 1, 0)
         self.gemm.gemm(dhead, p["W3"], self.d2, 0, 1)
-        dense.bias_act_backward_kernel[hcols[0], hcols[1], st](self.d2, self.h2, g["b2"], self.rows, sh.hidden,
-                                                              dense.ACT_RELU)
+        dense.bias_act_backward_kernel[gh, bh, st](self.d2, self.h2, g["b2"], self.rows, sh.hidden, dense.ACT_RELU)
         self.gemm.gemm(self.h1, self.d2, g["W2"], 1, 0)
         self.gemm.gemm(self.d2, p["W2"], self.d1, 0, 1)
-        dense.bias_act_backward_kernel[hcols[0], hcols[1], st](self.d1, self.h1, g["b1"], self.rows, sh.hidden,
-                                                              dense.ACT_RELU)
+        dense.bias_act_backward_kernel[gh, bh, st](self.d1, self.h1, g["b1"], self.rows, sh.hidden, dense.ACT_RELU)
         self.gemm.gemm(x, self.d1, g["W1"], 1, 0)
