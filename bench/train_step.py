@@ -70,11 +70,51 @@ def ours(math: str, steps: int, rows: list):
 
     graph_ms = time_it(lambda: g["update"].replay(steps))
     eager_ms = time_it(lambda: [tr._update(device.stream) for _ in range(steps)])
+    if math == "fp32":
+        breakdown(tr, device, rows)
     rows.append((f"ours, graph replay, cuBLAS {math}", graph_ms, g["update"].n_nodes))
     rows.append((f"ours, eager Numba launches, cuBLAS {math}", eager_ms, g["update"].n_nodes))
     rb = tr.size.copy_to_host()[0]
     assert rb == CAP, rb
     return tr
+
+
+def breakdown(tr, device, rows, reps: int = 20):
+    """GPU time of every launch in the eager update, bracketed by events (names: kernel or GEMM shape)."""
+    from collections import defaultdict
+
+    from cuda_kernels import nb
+
+    spent, count = defaultdict(float), defaultdict(int)
+    pending = []
+    orig_getitem, orig_gemm = nb.Kernel.__getitem__, type(tr.gemm).gemm
+
+    def timed_launch(name, launch):
+        def run(*args):
+            a = device.event().record()
+            launch(*args)
+            pending.append((name, a, device.event().record()))
+        return run
+
+    def getitem(self, cfg):
+        return timed_launch(self.__name__, orig_getitem(self, cfg))
+
+    def gemm(self, A, B, C, trans_a=0, trans_b=0, alpha=1.0, beta=0.0):
+        timed_launch(f"gemm {C.shape[0]}x{C.shape[1]} ta={trans_a} tb={trans_b}",
+                     lambda: orig_gemm(self, A, B, C, trans_a, trans_b, alpha, beta))()
+
+    nb.Kernel.__getitem__, type(tr.gemm).gemm = getitem, gemm
+    try:
+        for _ in range(reps):
+            tr._update(device.stream)
+        device.synchronize()
+    finally:
+        nb.Kernel.__getitem__, type(tr.gemm).gemm = orig_getitem, orig_gemm
+    for name, a, b in pending:
+        spent[name] += a.elapsed_ms(b) / reps
+        count[name] += 1
+    for name in sorted(spent, key=spent.get, reverse=True):
+        rows.append((f"  breakdown: {name} (x{count[name] // reps})", spent[name], None))
 
 
 def torch_update(steps: int, rows: list, graph: bool):

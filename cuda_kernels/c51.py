@@ -20,41 +20,90 @@ import math
 
 import numpy as np
 
-from .nb import cuda, device_function, kernel, float32, int32, int64, void
+from .nb import cuda, device_function, float32, int32, int64, kernel, void
 
 MAX_ATOMS = 128
 
 
-@kernel(void(float32[:, ::1], int64, int64, int32[::1], int32[::1], int64, float32[::1], float32[:, :, ::1],
-               float32[:, ::1]))
-def dueling_head_kernel(head, B, n_branch, branch_size, branch_off, atoms, support, logp, q):
-    """head: [B, atoms*(1+A)]; support: [atoms]; logp: out [B, A, atoms]; q: out [B, A]. One thread per (row, branch)."""
-    t = cuda.grid(1)
-    if t >= B * n_branch:
+MAX_BRANCHES, MAX_ACTIONS = 4, 8
+RED_SHAPE = (MAX_BRANCHES, MAX_ATOMS)  # shared-memory reduction rows (compile-time shape)
+
+
+def head_launch(B: int, atoms: int, n_branch: int) -> tuple[int, tuple[int, int]]:
+    """(grid, block) of ``dueling_head_kernel``: one block per row, lanes (a power of two >= atoms)
+    by branches."""
+    lanes = 1
+    while lanes < atoms:
+        lanes *= 2
+    return B, (lanes, n_branch)
+
+
+def loss_launch(B: int, atoms: int) -> tuple[int, int]:
+    lanes = 1
+    while lanes < atoms:
+        lanes *= 2
+    return B, lanes
+
+
+@device_function
+def _tree_dev(s, row, z, lanes, op):
+    """In-place tree reduction of s[row, :lanes] (op 0 = sum, 1 = max); every thread of the block calls it."""
+    half = lanes // 2
+    while half > 0:
+        if z < half:
+            if op == 0:
+                s[row, z] += s[row, z + half]
+            else:
+                s[row, z] = max(s[row, z], s[row, z + half])
+        cuda.syncthreads()
+        half //= 2
+
+
+@kernel(void(float32[:, ::1], int64, int64, int32[::1], int32[::1], int64, int64, float32[::1], float32[:, :, ::1],
+             float32[:, ::1]))
+def dueling_head_kernel(head, B, n_branch, branch_size, branch_off, atoms, max_actions, support, logp, q):
+    """head: [B, atoms*(1+A)]; support: [atoms]; logp: out [B, A, atoms]; q: out [B, A].
+
+    Block per row (``head_launch``): thread (z, br) owns atom z of branch br, so a row is read with
+    consecutive threads on consecutive columns; max, sum and expectation over atoms are shared-memory
+    tree reductions in a fixed order (deterministic; no warp shuffles, so the simulator runs it)."""
+    b = cuda.blockIdx.x
+    if b >= B:
         return
-    b, br = t // n_branch, t % n_branch
+    z = cuda.threadIdx.x
+    br = cuda.threadIdx.y
+    lanes = cuda.blockDim.x
+    s = cuda.shared.array(RED_SHAPE, float32)
     nA, off = branch_size[br], branch_off[br]
-    mean = cuda.local.array(MAX_ATOMS, float32)
-    for z in range(atoms):
-        s = float32(0.0)
+    valid_z = z < atoms
+    v = head[b, z] if valid_z else float32(0.0)
+    mean = float32(0.0)
+    if valid_z:
         for a in range(nA):
-            s += head[b, atoms * (1 + off + a) + z]
-        mean[z] = s / nA
-    for a in range(nA):
-        col = atoms * (1 + off + a)
-        mx = float32(-3.4e38)
-        for z in range(atoms):
-            mx = max(mx, head[b, z] + head[b, col + z] - mean[z])
-        se = float32(0.0)
-        for z in range(atoms):
-            se += math.exp(head[b, z] + head[b, col + z] - mean[z] - mx)
-        lse = mx + math.log(se)
-        qa = float32(0.0)
-        for z in range(atoms):
-            lp = head[b, z] + head[b, col + z] - mean[z] - lse
+            mean += head[b, atoms * (1 + off + a) + z]
+        mean /= nA
+    for a in range(max_actions):  # the same trip count in every thread: the barriers stay uniform
+        ok = valid_z and a < nA
+        logit = v + head[b, atoms * (1 + off + a) + z] - mean if ok else float32(-3.4e38)
+        s[br, z] = logit
+        cuda.syncthreads()
+        _tree_dev(s, br, z, lanes, 1)
+        mx = s[br, 0]
+        cuda.syncthreads()
+        s[br, z] = math.exp(logit - mx) if ok else float32(0.0)
+        cuda.syncthreads()
+        _tree_dev(s, br, z, lanes, 0)
+        lse = mx + math.log(s[br, 0]) if a < nA else float32(0.0)
+        cuda.syncthreads()
+        lp = logit - lse
+        if ok:
             logp[b, off + a, z] = lp
-            qa += math.exp(lp) * support[z]
-        q[b, off + a] = qa
+        s[br, z] = math.exp(lp) * support[z] if ok else float32(0.0)
+        cuda.syncthreads()
+        _tree_dev(s, br, z, lanes, 0)
+        if z == 0 and a < nA:
+            q[b, off + a] = s[br, 0]
+        cuda.syncthreads()
 
 
 @kernel(void(float32[:, :, ::1], float32[:, ::1], float32[:, :, ::1], int32[:, ::1], float32[::1], float32[::1],
@@ -62,17 +111,25 @@ def dueling_head_kernel(head, B, n_branch, branch_size, branch_off, atoms, suppo
                float32[:, ::1], float32[::1], int64))
 def c51_loss_kernel(logp, q_next, logp_next_target, actions, reward, done, gamma_n, v_min, v_max, atoms, is_w,
                     n_branch, branch_size, branch_off, grad_scale, dhead, loss_out, B):
-    """One thread per sample. dhead: out [B, atoms*(1+A)] (fully written); loss_out: out [B]."""
-    b = cuda.grid(1)
+    """Block per sample (``loss_launch``), thread z per atom. dhead: out [B, atoms*(1+A)] (fully
+    written); loss_out: out [B]. Thread z computes the projected target mass of atom z by visiting
+    every source atom (no float atomics), its share of the cross-entropy (tree-reduced), and the
+    gradient of every head column of atom z."""
+    b = cuda.blockIdx.x
     if b >= B:
         return
+    z = cuda.threadIdx.x
+    lanes = cuda.blockDim.x
+    s = cuda.shared.array(RED_SHAPE, float32)
     width = dhead.shape[1]
-    for c in range(width):
+    for c in range(z, width, lanes):
         dhead[b, c] = 0.0
+    cuda.syncthreads()
     dz = (v_max - v_min) / (atoms - 1)
-    m = cuda.local.array(MAX_ATOMS, float32)
-    loss = float32(0.0)
     w = is_w[b]
+    r = reward[b]
+    keep = float32(1.0) - done[b]
+    loss = float32(0.0)
     for br in range(n_branch):
         nA, off = branch_size[br], branch_off[br]
         at = min(max(actions[b, br], 0), nA - 1)
@@ -80,32 +137,38 @@ def c51_loss_kernel(logp, q_next, logp_next_target, actions, reward, done, gamma
         for a in range(1, nA):
             if q_next[b, off + a] > best_q:
                 best, best_q = a, q_next[b, off + a]
-        for z in range(atoms):
-            m[z] = 0.0
-        for j in range(atoms):
-            tz = reward[b] + (float32(1.0) - done[b]) * gamma_n * (v_min + j * dz)
-            tz = min(max(tz, v_min), v_max)
-            bj = (tz - v_min) / dz
-            lo = min(max(int32(math.floor(bj)), 0), atoms - 1)
-            hi = min(max(int32(math.ceil(bj)), 0), atoms - 1)
-            pj = math.exp(logp_next_target[b, off + best, j])
-            if lo == hi:
-                m[lo] += pj
-            else:
-                m[lo] += pj * (hi - bj)
-                m[hi] += pj * (bj - lo)
+        m = float32(0.0)
         ce = float32(0.0)
-        col = atoms * (1 + off + at)
-        for z in range(atoms):
+        g = float32(0.0)
+        if z < atoms:
+            for j in range(atoms):
+                tz = min(max(r + keep * gamma_n * (v_min + j * dz), v_min), v_max)
+                bj = (tz - v_min) / dz
+                lo = min(max(int32(math.floor(bj)), 0), atoms - 1)
+                hi = min(max(int32(math.ceil(bj)), 0), atoms - 1)
+                if lo == z or hi == z:
+                    pj = math.exp(logp_next_target[b, off + best, j])
+                    if lo == hi:
+                        m += pj
+                    elif lo == z:
+                        m += pj * (hi - bj)
+                    else:
+                        m += pj * (bj - lo)
             lp = logp[b, off + at, z]
-            ce -= m[z] * lp
-            g = (math.exp(lp) - m[z]) * w * grad_scale / n_branch
+            ce = -m * lp
+            g = (math.exp(lp) - m) * w * grad_scale / n_branch
+        s[0, z] = ce
+        cuda.syncthreads()
+        _tree_dev(s, 0, z, lanes, 0)
+        loss += s[0, 0]
+        cuda.syncthreads()
+        if z < atoms:
             dhead[b, z] += g
-            dhead[b, col + z] += g
+            dhead[b, atoms * (1 + off + at) + z] += g
             for a in range(nA):
                 dhead[b, atoms * (1 + off + a) + z] -= g / nA
-        loss += ce
-    loss_out[b] = loss / n_branch
+    if z == 0:
+        loss_out[b] = loss / n_branch
 
 
 # ---- NumPy references ----

@@ -82,13 +82,23 @@ def gemm_grid(M: int, N: int) -> tuple[int, int]:
 
 @kernel(void(float32[:, ::1], float32[::1], int64, int64, int32))
 def bias_act_kernel(Y, bias, M, N, act):
-    """In place: Y[i, j] = act(Y[i, j] + bias[j]); act 0 = identity, 1 = ReLU."""
-    for e in range(cuda.grid(1), M * N, cuda.gridsize(1)):
-        i, j = e // N, e % N
-        y = Y[i, j] + bias[j]
+    """In place: Y[i, j] = act(Y[i, j] + bias[j]); act 0 = identity, 1 = ReLU. 2-D grid
+    (``bias_act_launch``): x over columns, y strided over rows, so no per-element index division."""
+    j = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
+    if j >= N:
+        return
+    b = bias[j]
+    for i in range(cuda.blockIdx.y, M, cuda.gridDim.y):
+        y = Y[i, j] + b
         if act == ACT_RELU and y < 0:
             y = 0.0
         Y[i, j] = y
+
+
+def bias_act_launch(M: int, N: int, simulator: bool) -> tuple[tuple[int, int], int]:
+    tpb = 32 if simulator else 256
+    rows = min(M, 2 if simulator else 4096)
+    return ((N + tpb - 1) // tpb, max(1, rows)), tpb
 
 
 BWD_TILE = 32  # columns per block; the block is (columns, row groups), at most 32 x 32

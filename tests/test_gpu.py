@@ -88,10 +88,12 @@ def test_graph_with_cublas_and_numba_equals_eager(device, blas):
 
     def train_step(st):
         blas.gemm(x, w1, h)
-        dense.bias_act_kernel[256, 256, st](h, b1, B, H, dense.ACT_RELU)
+        grid, tpb = dense.bias_act_launch(B, H, False)
+        dense.bias_act_kernel[grid, tpb, st](h, b1, B, H, dense.ACT_RELU)
         blas.gemm(h, w2, head)
-        c51.dueling_head_kernel[(B * nb + 127) // 128, 128, st](head, B, nb, dsizes, doffs, atoms, support, logp, q)
-        c51.c51_loss_kernel[(B + 127) // 128, 128, st](logp, q, logp, acts, rew, done, 0.97, -1.0, 1.0, atoms, isw, nb,
+        hg, hb = c51.head_launch(B, atoms, nb)
+        c51.dueling_head_kernel[hg, hb, st](head, B, nb, dsizes, doffs, atoms, 3, support, logp, q)
+        c51.c51_loss_kernel[c51.loss_launch(B, atoms) + (st,)](logp, q, logp, acts, rew, done, 0.97, -1.0, 1.0, atoms, isw, nb,
                                                        dsizes, doffs, 1.0 / B, dhead, loss, B)
         blas.gemm(h, dhead, dw2, 1, 0)
         optim.sumsq_partial_kernel[optim.NORM_BLOCKS, 256, st](dw2.reshape(H * W), H * W, parts)

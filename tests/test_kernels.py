@@ -203,7 +203,8 @@ def test_bias_relu_and_backward():
     Y0 = RNG.normal(size=(M, N)).astype(np.float32)
     b = RNG.normal(size=N).astype(np.float32)
     Y = dev(Y0)
-    dense.bias_act_kernel[2, 32](Y, dev(b), M, N, dense.ACT_RELU)
+    grid, tpb = dense.bias_act_launch(M, N, SIMULATOR)
+    dense.bias_act_kernel[grid, tpb](Y, dev(b), M, N, dense.ACT_RELU)
     post = Y.copy_to_host()
     np.testing.assert_allclose(post, dense.bias_act_ref(Y0, b, dense.ACT_RELU), rtol=1e-6)
     dY0 = RNG.normal(size=(M, N)).astype(np.float32)
@@ -230,7 +231,8 @@ def test_dueling_head_matches_reference():
     head = _head(B, atoms)
     support = np.linspace(-2, 2, atoms).astype(np.float32)
     logp, q = poisoned((B, 9, atoms)), poisoned((B, 9))
-    c51.dueling_head_kernel[1, 32](dev(head), B, 3, dev(BRANCHES), dev(OFFSETS), atoms, dev(support), logp, q)
+    grid, block = c51.head_launch(B, atoms, 3)
+    c51.dueling_head_kernel[grid, block](dev(head), B, 3, dev(BRANCHES), dev(OFFSETS), atoms, 3, dev(support), logp, q)
     rl, rq = c51.dueling_head_ref(head.astype(np.float64), list(BRANCHES), atoms, support)
     np.testing.assert_allclose(logp.copy_to_host(), rl, rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(q.copy_to_host(), rq, rtol=1e-4, atol=1e-5)
@@ -248,7 +250,7 @@ def test_c51_loss_gradient_matches_reference_and_finite_differences():
     done = (RNG.random(B) < 0.3).astype(np.float32)
     w = RNG.uniform(0.2, 1.0, B).astype(np.float32)
     dhead, loss = poisoned(head.shape), poisoned(B)
-    c51.c51_loss_kernel[1, 32](dev(logp.astype(np.float32)), dev(q_next.astype(np.float32)),
+    c51.c51_loss_kernel[c51.loss_launch(B, atoms)](dev(logp.astype(np.float32)), dev(q_next.astype(np.float32)),
                                dev(logp_t.astype(np.float32)), dev(acts), dev(reward), dev(done), gamma_n, v_min,
                                v_max, atoms, dev(w), 3, dev(BRANCHES), dev(OFFSETS), 1.0 / B, dhead, loss, B)
     rd, rloss = c51.c51_loss_ref(logp, q_next, logp_t, acts, reward, done, gamma_n, v_min, v_max, atoms, w,

@@ -114,23 +114,24 @@ class DeviceNetwork:
         self.d2 = cuda.device_array((rows, H), np.float32, stream=s)
         self.d1 = cuda.device_array((rows, H), np.float32, stream=s)
         self.support, self.bsz, self.boff = support_dev, branch_sizes_dev, branch_offsets_dev
-        tpb = 32 if device.simulator else 256
-        self._grid = (max(1, min(4 if device.simulator else 2048, (rows * W + tpb - 1) // tpb)), tpb)
 
     def forward(self, params_flat, x) -> None:
         """x: float32 [rows, obs_dim]; fills h1, h2, head, logp, q."""
         p = views(params_flat, self.shape)
         st, sh = self.device.stream, self.shape
-        g = self._grid
+        sim = self.device.simulator
+        gh, th = dense.bias_act_launch(self.rows, sh.hidden, sim)
+        gw, tw = dense.bias_act_launch(self.rows, sh.head_width, sim)
         self.gemm.gemm(x, p["W1"], self.h1)
-        dense.bias_act_kernel[g[0], g[1], st](self.h1, p["b1"], self.rows, sh.hidden, dense.ACT_RELU)
+        dense.bias_act_kernel[gh, th, st](self.h1, p["b1"], self.rows, sh.hidden, dense.ACT_RELU)
         self.gemm.gemm(self.h1, p["W2"], self.h2)
-        dense.bias_act_kernel[g[0], g[1], st](self.h2, p["b2"], self.rows, sh.hidden, dense.ACT_RELU)
+        dense.bias_act_kernel[gh, th, st](self.h2, p["b2"], self.rows, sh.hidden, dense.ACT_RELU)
         self.gemm.gemm(self.h2, p["W3"], self.head)
-        dense.bias_act_kernel[g[0], g[1], st](self.head, p["b3"], self.rows, sh.head_width, dense.ACT_IDENTITY)
+        dense.bias_act_kernel[gw, tw, st](self.head, p["b3"], self.rows, sh.head_width, dense.ACT_IDENTITY)
         nb = len(sh.branch_sizes)
-        c51.dueling_head_kernel[(self.rows * nb + 127) // 128, 128, st](self.head, self.rows, nb, self.bsz, self.boff,
-                                                                       sh.atoms, self.support, self.logp, self.q)
+        grid, block = c51.head_launch(self.rows, sh.atoms, nb)
+        c51.dueling_head_kernel[grid, block, st](self.head, self.rows, nb, self.bsz, self.boff, sh.atoms,
+                                                max(sh.branch_sizes), self.support, self.logp, self.q)
 
     def backward(self, params_flat, grads_flat, x, dhead) -> None:
         """dhead: float32 [rows, head_width] (overwritten); writes every gradient into grads_flat."""

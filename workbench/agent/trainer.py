@@ -245,7 +245,7 @@ class DeviceTrainer:
         self.net_s.forward(self.params, self.obs_s)
         self.net_s2.forward(self.params, self.obs_s2)
         self.net_t2.forward(self.target, self.obs_s2)
-        K_c51.c51_loss_kernel[g](self.net_s.logp, self.net_s2.q, self.net_t2.logp, self.b_act, self.b_rew, self.b_done,
+        K_c51.c51_loss_kernel[K_c51.loss_launch(B, sh.atoms) + (st,)](self.net_s.logp, self.net_s2.q, self.net_t2.logp, self.b_act, self.b_rew, self.b_done,
                                  cfg.gamma ** cfg.n_step, cfg.v_min, cfg.v_max, sh.atoms, self.isw, 3, self.bsz,
                                  self.boff, 1.0 / B, self.dhead, self.loss_b, B)
         self.net_s.backward(self.params, self.grads, self.obs_s, self.dhead)
