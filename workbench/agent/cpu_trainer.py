@@ -134,6 +134,7 @@ class CpuTrainer:
                                          cfg.gamma ** cfg.n_step, cfg.v_min, cfg.v_max, shape.atoms, isw,
                                          list(shape.branch_sizes), 1.0 / B)
         grads = backward_ref(self.params, s, a_s, dhead, shape).astype(np.float32)
+        self.last = {"idx": idx, "isw": isw, "loss": loss, "grads": grads}  # for the cross-backend test
         norm, scale = K_opt.grad_norm_ref(grads, cfg.grad_clip)
         mean_loss = float(np.sum(isw * loss) / B)
         max_q = float(np.max(np.abs(a_s["q"])))
