@@ -106,3 +106,24 @@ def test_dqn_main_command_on_the_cpu_backend(tmp_path, capsys):
     assert w.dtype == np.float32 and np.isfinite(w).all()
     m = json.loads((out / "fold_001" / "metrics.json").read_text())
     assert m["strategy"] == "dqn" and m["best_epoch"] in (0, 1) and m["commission_usd"] >= 0
+
+
+def test_resume_keeps_finished_folds(tmp_path, capsys):
+    out = tmp_path / "run"
+    args = [str(SAMPLE), "--strategy", "momentum", "--out", str(out), "--progress", "none", "--json"]
+    assert main(args) == 0
+    first = json.loads(capsys.readouterr().out)
+    # an interrupted run: the last two folds never finished
+    import shutil
+
+    for k in (3, 4):
+        shutil.rmtree(out / f"fold_{k:03d}")
+    stamp = (out / "fold_000" / "metrics.json").stat().st_mtime_ns
+    assert main([str(SAMPLE), "--resume", str(out), "--progress", "none", "--json"]) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert (out / "fold_000" / "metrics.json").stat().st_mtime_ns == stamp  # not recomputed
+    assert (out / "fold_004").is_dir()
+    assert again["stitched_oos"]["net_pnl_usd"] == pytest.approx(first["stitched_oos"]["net_pnl_usd"])
+    rc = main([str(SAMPLE), "--resume", str(out), "--set", "splits.embargo=10", "--progress", "none"])
+    assert rc == 78 and "config.toml differs" in capsys.readouterr().err
+    assert main([str(SAMPLE), "--resume", str(tmp_path / "nowhere"), "--progress", "none"]) == 2

@@ -63,7 +63,12 @@ class WalkForward:
         spec = bars.market if cfg.data.market == "auto" else load_market(cfg.data.market)
         feats = build_features(bars, cfg.features)
         folds = walk_forward_splits(bars.ts, cfg.splits, feats.max_lookback, feats.warmup)
-        if run_dir is not None:
+        if run_dir is not None and run_dir.resume:
+            saved = (run_dir.path / "config.toml").read_text()
+            if saved != to_toml(cfg):
+                raise ConfigError(f"cannot resume {run_dir.path}: its config.toml differs from this run's config",
+                                  "resume with --config RUN/config.toml and no other overrides")
+        elif run_dir is not None:
             run_dir.write_text("config.toml", to_toml(cfg))
             run_dir.write_json("data_report.json", bars.report.to_dict())
             run_dir.write_parquet("folds.parquet", folds)
@@ -80,6 +85,12 @@ class WalkForward:
             if progress:
                 progress.fold_started(k, ranges)
             t0 = time.perf_counter()
+            done = run_dir.finished_fold(k) if run_dir is not None and run_dir.resume else None
+            if done is not None:  # finished by an earlier run: kept as it is
+                results.append(done)
+                if progress:
+                    progress.fold_finished(done, time.perf_counter() - t0)
+                continue
             try:
                 if agent:
                     on_epoch = (lambda log, k=k: progress.epoch(k, log, cfg.training.epochs)) if progress else None

@@ -47,8 +47,13 @@ def dumps(obj) -> str:
 
 
 class RunDir:
-    def __init__(self, path: str | Path, force: bool = False):
+    def __init__(self, path: str | Path, force: bool = False, resume: bool = False):
         self.path = Path(path)
+        self.resume = resume
+        if resume:
+            if not (self.path / "config.toml").is_file():
+                raise UsageError(f"cannot resume {self.path}: no config.toml there", "is it a run directory?")
+            return
         if self.path.exists() and any(self.path.iterdir()):
             if not force:
                 raise UsageError(f"run directory {self.path} exists and is not empty",
@@ -92,3 +97,20 @@ class RunDir:
             shutil.rmtree(final)
         os.replace(tmp, final)
         return final
+
+    def finished_fold(self, fold: int):
+        """A fold written by an earlier run (``None`` if absent or incomplete)."""
+        from .results import FoldResult
+
+        d = self.path / f"fold_{fold:03d}"
+        if not (d / "metrics.json").is_file():
+            return None
+        meta = json.loads((d / "metrics.json").read_text())
+        ranges, strategy = meta.pop("ranges", {}), meta.pop("strategy", "")
+        meta.pop("fold", None)
+        res = FoldResult(fold, strategy, pd.read_parquet(d / "bars.parquet"), pd.read_parquet(d / "trades.parquet"),
+                         meta, ranges)
+        if (d / "epochs.json").is_file():
+            res.epochs = json.loads((d / "epochs.json").read_text())
+            res.params = np.load(d / "weights.npy")
+        return res

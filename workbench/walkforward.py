@@ -11,6 +11,7 @@ import argparse
 import datetime as dt
 import sys
 import traceback
+from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
@@ -41,6 +42,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="override one config key, e.g. --set splits.train=30000 (repeatable)")
     p.add_argument("--out", help="run directory (default runs/<time>-<strategy>)")
     p.add_argument("--force", action="store_true", help="overwrite a non-empty run directory")
+    p.add_argument("--resume", metavar="RUN_DIR",
+                   help="continue an interrupted run: finished folds are kept, the rest run (same config)")
     p.add_argument("--progress", choices=("auto", "live", "plain", "none"), default="auto",
                    help="progress on stderr: live dashboard, plain lines, or nothing (default auto)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
@@ -86,11 +89,17 @@ def run(args: argparse.Namespace) -> int:
     for flag, key in ((args.epochs, "training.epochs"), (args.max_steps_per_epoch, "training.max_steps_per_epoch")):
         if flag is not None:
             overrides.append(f"{key}={flag}")
+    resumed = RunDir(args.resume, resume=True) if args.resume else None  # refuses a non-run directory
+    if args.resume and not args.config:
+        args.config = str(Path(args.resume) / "config.toml")  # the run's own resolved config
     cfg = load_config(args.config, overrides)
     if not args.data:
         raise UsageError("missing DATA argument", "e.g. python -m workbench.walkforward data/es_sample.parquet")
-    out = args.out or f"runs/{dt.datetime.now():%Y%m%d-%H%M%S}-{cfg.strategy.name}"
-    run_dir = RunDir(out, force=args.force)
+    if resumed is not None:
+        run_dir = resumed
+    else:
+        out = args.out or f"runs/{dt.datetime.now():%Y%m%d-%H%M%S}-{cfg.strategy.name}"
+        run_dir = RunDir(out, force=args.force)
     result = WalkForward(cfg).run(args.data, progress=make_progress(args.progress), run_dir=run_dir)
     if args.json:
         print(dumps({"run_dir": str(run_dir.path), "strategy": result.strategy, "stitched_oos": result.metrics,
