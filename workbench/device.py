@@ -167,6 +167,13 @@ class Event:
             drv = _drv()
             self._ev = check(drv.cuEventCreate(drv.CUevent_flags.CU_EVENT_DEFAULT), "cuEventCreate")
 
+    def __del__(self):
+        try:
+            if not self.device.simulator:
+                _drv().cuEventDestroy(self._ev)
+        except Exception:  # interpreter shutdown
+            pass
+
     def record(self) -> "Event":
         if self.device.simulator:
             self._t = time.perf_counter()

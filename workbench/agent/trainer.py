@@ -231,6 +231,13 @@ class DeviceTrainer:
         K_ro.set_counter_kernel[1, 1, st](self.k_arr, 0)
 
     def _update(self, st) -> None:
+        """One training step: the three parts in order (one graph)."""
+        self._update_sample(st)
+        self._update_learn(st)
+        self._update_finish(st)
+
+    def _update_sample(self, st) -> None:
+        """Training step, part 1 (sample): prefix sum, PER draw and weights, batch gathers."""
         cfg, B, sh = self.cfg, self.profile.batch, self.shape
         g = _grid(B, self.tpb) + (st,)
         K_scan.launch_scan(self.prio, self.cumsum, self.tiles, self.cap, self.scan_threads, st)
@@ -242,6 +249,11 @@ class DeviceTrainer:
         K_ro.gather_obs_kernel[gobs](self.features, self.int_store, self.idx, B, self.F, N_POS, 0, self.obs_s)
         K_ro.gather_obs_kernel[gobs](self.features, self.int_store, self.idx, B, self.F, N_POS, 1, self.obs_s2)
         K_ro.gather_batch_kernel[g](self.int_store, self.float_store, self.idx, B, self.b_act, self.b_rew, self.b_done)
+
+    def _update_learn(self, st) -> None:
+        """Part 2 (update): forwards, C51 loss, backward, grad norm."""
+        cfg, B, sh = self.cfg, self.profile.batch, self.shape
+        g = _grid(B, self.tpb) + (st,)
         self.net_s.forward(self.params, self.obs_s)
         self.net_s2.forward(self.params, self.obs_s2)
         self.net_t2.forward(self.target, self.obs_s2)
@@ -251,6 +263,11 @@ class DeviceTrainer:
         self.net_s.backward(self.params, self.grads, self.obs_s, self.dhead)
         K_opt.sumsq_partial_kernel[self.norm_blocks, self.red, st](self.grads, sh.n_params, self.partials)
         K_opt.grad_norm_finalize_kernel[1, self.red, st](self.partials, self.norm_blocks, cfg.grad_clip, self.clip)
+
+    def _update_finish(self, st) -> None:
+        """Part 3 (guard): guard, Adam, priority update, target EMA."""
+        cfg, B, sh = self.cfg, self.profile.batch, self.shape
+        g = _grid(B, self.tpb) + (st,)
         K_opt.guard_kernel[1, self.red, st](self.loss_b, self.isw, B, self.net_s.q, B, cfg.q_limit, self.clip,
                                             self.guard, self.stats)
         gp = _gs(self.device, sh.n_params, 256 if not self.device.simulator else 32) + (st,)
@@ -301,6 +318,8 @@ class DeviceTrainer:
         graphs = {"experience": d.capture(lambda s: self._experience_step(s, w)),
                   "finish_rollout": d.capture(self._finish_rollout),
                   "update": d.capture(self._update),
+                  "update_parts": [d.capture(self._update_sample), d.capture(self._update_learn),
+                                   d.capture(self._update_finish)],
                   "validation": d.capture(lambda s: self._validate(s, w))}
         d.synchronize()
         return graphs
@@ -330,8 +349,18 @@ class DeviceTrainer:
             ev.append(d.event().record())
             size_now = min(self.cap, (epoch + 1) * self.profile.n_envs * cfg.rollout_steps)  # known on the host
             updates = cfg.max_steps_per_epoch if size_now >= cfg.learning_starts else 0
-            upd_graph.replay(updates)
-            ev.append(d.event().record())
+            parts_ms = None
+            if epoch == 0 and updates:  # the first epoch replays the three parts with events between them
+                marks = []
+                for _ in range(updates):
+                    for part in graphs["update_parts"]:
+                        marks.append(d.event().record())
+                        part.replay(1)
+                marks.append(d.event().record())
+                ev.append(marks[-1])
+            else:
+                upd_graph.replay(updates)
+                ev.append(d.event().record())
             val_graph.replay(1)
             ev.append(d.event().record())
             r = readback.read()  # the epoch's one host sync
@@ -339,6 +368,12 @@ class DeviceTrainer:
                   "validation": ev[2].elapsed_ms(ev[3])}
             ms["init"] = init_ms if epoch == 0 else 0.0  # the fold's one-off init phase, reported once
             ms["total"] = sum(ms.values())
+            if epoch == 0 and updates:
+                sums = [0.0, 0.0, 0.0]
+                for i in range(len(marks) - 1):
+                    sums[i % 3] += marks[i].elapsed_ms(marks[i + 1])
+                ms["training_breakdown_ms_per_update"] = {"sample": sums[0] / updates, "update": sums[1] / updates,
+                                                         "guard": sums[2] / updates}
             stats, val = r["stats"], r["val"]
             tripped = bool(r["guard"][0])
             if tripped:  # restore the epoch's starting state; the guard stays off for the next epoch
