@@ -177,7 +177,8 @@ class DeviceTrainer:
         mk = lambda rows: DeviceNetwork(d, self.gemm, sh, rows, self.support, self.bsz, self.boff)  # noqa: E731
         self.net_env, self.net_s, self.net_s2, self.net_t2 = mk(N), mk(B), mk(B), mk(B)
         # backtests: Q for every (bar, position) in chunks of bars
-        self.chunk_bars = max(1, min(w.n_bars, (8192 if d.simulator else 65536) // N_POS))
+        longest = max(w.val[1] - w.val[0], w.test[1] - w.test[0])  # the longest range ever backtested
+        self.chunk_bars = max(1, min(longest, (8192 if d.simulator else 65536) // N_POS))
         self.net_bt = mk(self.chunk_bars * N_POS)
         self.bt_obs = zeros((self.chunk_bars * N_POS, sh.obs_dim), np.float32)
         self.greedy = zeros((w.n_bars * N_POS, 3), np.int32)
