@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .nb import cuda, device_function, kernel, float32, int32, int64, uint32, void
+from .nb import cuda, kernel, float32, int32, int64, uint32, void
 from .philox import uniform4_dev
 
 TAG_ACTION = 0x4143

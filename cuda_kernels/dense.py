@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .nb import cuda, device_function, kernel, float32, int32, int64, void
+from .nb import cuda, kernel, float32, int32, int64, void
 
 BM, BN, BK, TM, TN = 64, 64, 16, 4, 4
 THREADS = (16, 16)

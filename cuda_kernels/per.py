@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .nb import cuda, device_function, kernel, float32, float64, int32, int64, uint32, void
+from .nb import cuda, kernel, float32, float64, int32, int64, uint32, void
 from .philox import uniform4_dev
 
 TAG_PER = 0x5045
@@ -134,14 +134,11 @@ def replay_advance_kernel(ptr_arr, size_arr, n_new, capacity):
 # ---- NumPy references ----
 
 def per_sample_ref(prio: np.ndarray, size: int, batch: int, beta: float, k0: int, k1: int, step: int):
-    from .philox import philox4x32_10_ref
+    from .philox import uniforms4_ref
 
     cumsum = np.cumsum(prio[:size].astype(np.float64))
     total = cumsum[-1]
-    i = np.arange(batch, dtype=np.uint64)
-    ctr = np.stack([i, np.full_like(i, step), np.full_like(i, TAG_PER), np.zeros_like(i)], axis=-1)
-    words = philox4x32_10_ref(ctr, np.broadcast_to(np.array([k0, k1], np.uint64), (batch, 2)))[:, 0]
-    u = (words.astype(np.uint64) >> np.uint64(8)).astype(np.float32) * np.float32(1.0 / 16777216.0)
+    u = uniforms4_ref(batch, step, TAG_PER, k0, k1)[:, 0]
     thr = (np.arange(batch) + u.astype(np.float64)) * total / batch
     idx = np.minimum(np.searchsorted(cumsum, thr, side="right"), size - 1)
     p = cumsum[idx] - np.where(idx > 0, cumsum[np.maximum(idx - 1, 0)], 0.0)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .nb import cuda, device_function, kernel, float32, float64, uint32, uint64, void
+from .nb import cuda, device_function, kernel, float32, uint32, uint64, void
 
 M0, M1 = 0xD2511F53, 0xCD9E8D57
 W0, W1 = 0x9E3779B9, 0xBB67AE85
@@ -86,11 +86,13 @@ def philox4x32_10_ref(counter, key) -> np.ndarray:
     return np.stack([c0, c1, c2, c3], axis=-1).astype(np.uint32)
 
 
-def philox_uniform_ref(n_groups: int, step: int, tag: int, k0: int, k1: int) -> np.ndarray:
-    g = np.arange(n_groups, dtype=np.uint64)
+def uniforms4_ref(n: int, step: int, tag: int, k0: int, k1: int) -> np.ndarray:
+    """float32 [n, 4]: the uniforms of counters (i, step, tag, 0) for i < n, as ``uniform4_dev`` draws them."""
+    g = np.arange(n, dtype=np.uint64)
     ctr = np.stack([g, np.full_like(g, step), np.full_like(g, tag), np.zeros_like(g)], axis=-1)
-    words = philox4x32_10_ref(ctr, np.broadcast_to(np.array([k0, k1], np.uint64), (n_groups, 2)))
-    return ((words.astype(np.uint64) >> np.uint64(8)).astype(np.float32) * np.float32(1.0 / 16777216.0)).reshape(-1)
+    words = philox4x32_10_ref(ctr, np.broadcast_to(np.array([k0, k1], np.uint64), (n, 2)))
+    return (words.astype(np.uint64) >> np.uint64(8)).astype(np.float32) * np.float32(1.0 / 16777216.0)
 
 
-SIGNATURES = {}  # kernels above carry their signatures eagerly
+def philox_uniform_ref(n_groups: int, step: int, tag: int, k0: int, k1: int) -> np.ndarray:
+    return uniforms4_ref(n_groups, step, tag, k0, k1).reshape(-1)

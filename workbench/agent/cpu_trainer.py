@@ -18,29 +18,21 @@ from cuda_kernels import per as K_per
 from cuda_kernels import rollout as K_ro
 from cuda_kernels.env import step_bar_cpu
 from cuda_kernels.nb import njit
-from cuda_kernels.philox import philox4x32_10_ref
+from cuda_kernels.philox import uniforms4_ref
 
 from ..gpu_profile import GpuProfile
 from ..markets import MarketSpec
 from .network import NetShape, backward_ref, forward_ref, init_params
 from .train_config import TrainConfig
-from .trainer import EpochLog, FoldTrainResult
+from .trainer import EpochLog, FoldTrainResult, philox_keys
 from .window import MAX_POS, N_POS, Window
-
-
-def uniforms_ref(n: int, step: int, tag: int, k0: int, k1: int) -> np.ndarray:
-    """float32 [n, 4]: the four uniforms of Philox counter (i, step, tag, 0), as ``uniform4_dev``."""
-    i = np.arange(n, dtype=np.uint64)
-    ctr = np.stack([i, np.full_like(i, step), np.full_like(i, tag), np.zeros_like(i)], axis=-1)
-    words = philox4x32_10_ref(ctr, np.broadcast_to(np.array([k0, k1], np.uint64), (n, 2)))
-    return (words.astype(np.uint64) >> np.uint64(8)).astype(np.float32) * np.float32(1.0 / 16777216.0)
 
 
 def eps_greedy_ref(q: np.ndarray, eps: float, step: int, k0: int, k1: int, branch_sizes) -> np.ndarray:
     N = q.shape[0]
     out = K_act.greedy_ref(q, list(branch_sizes))
     for br, n in enumerate(branch_sizes):
-        u = uniforms_ref(N, step, K_act.TAG_ACTION + br, k0, k1)
+        u = uniforms4_ref(N, step, K_act.TAG_ACTION + br, k0, k1)
         explore = u[:, 0] < np.float32(eps)
         out[explore, br] = np.clip((u[explore, 1] * n).astype(np.int32), 0, n - 1)
     return out
@@ -105,7 +97,7 @@ class CpuTrainer:
 
     def __init__(self, profile: GpuProfile, cfg: TrainConfig, spec: MarketSpec, capital: float, seed: int):
         self.profile, self.cfg, self.spec, self.capital, self.seed = profile, cfg, spec, capital, seed
-        self.k0, self.k1 = (seed * 2654435761) & 0xFFFFFFFF, (seed * 40503 + 12345) & 0xFFFFFFFF
+        self.k0, self.k1 = philox_keys(seed)
 
     def _obs(self, feats, t, pos_index):
         return np.concatenate([feats[t].astype(np.float64), np.eye(N_POS)[pos_index]], axis=1)
@@ -114,7 +106,7 @@ class CpuTrainer:
         cfg = self.cfg
         idx = np.flatnonzero(done != 0)
         if len(idx):
-            u = uniforms_ref(self.profile.n_envs, self.env_step, K_ro.TAG_RESET, self.k0, self.k1)[idx, 0]
+            u = uniforms4_ref(self.profile.n_envs, self.env_step, K_ro.TAG_RESET, self.k0, self.k1)[idx, 0]
             span = w.train[1] - cfg.episode_len - w.train[0]
             start = w.train[0] + np.minimum((u.astype(np.float64) * (span + 1)).astype(np.int64), span)
             self.t[idx], self.end[idx], self.pos[idx] = start, start + cfg.episode_len, 0

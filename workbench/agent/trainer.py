@@ -79,6 +79,11 @@ class FoldTrainResult:
     counters: dict = field(default_factory=dict)
 
 
+def philox_keys(seed: int) -> tuple[int, int]:
+    """The two 32-bit Philox key words of a run seed (both backends draw from the same streams)."""
+    return (seed * 2654435761) & 0xFFFFFFFF, (seed * 40503 + 12345) & 0xFFFFFFFF
+
+
 def _tpb(device: Device) -> int:
     return 32 if device.simulator else 128
 
@@ -104,7 +109,7 @@ class DeviceTrainer:
         self.tpb = _tpb(device)
         self.red = 32 if device.simulator else 1024  # threads of one-block reductions (a power of two)
         self.norm_blocks = 2 if device.simulator else K_opt.NORM_BLOCKS  # fixed per device: deterministic
-        self.k0, self.k1 = (seed * 2654435761) & 0xFFFFFFFF, (seed * 40503 + 12345) & 0xFFFFFFFF
+        self.k0, self.k1 = philox_keys(seed)
 
     # ---------------------------------------------------------------- setup
     def _capacity(self, n_new: int) -> int:
@@ -254,7 +259,6 @@ class DeviceTrainer:
     def _update_learn(self, st) -> None:
         """Part 2 (update): forwards, C51 loss, backward, grad norm."""
         cfg, B, sh = self.cfg, self.profile.batch, self.shape
-        g = _grid(B, self.tpb) + (st,)
         self.net_s.forward(self.params, self.obs_s)
         self.net_s2.forward(self.params, self.obs_s2)
         self.net_t2.forward(self.target, self.obs_s2)
@@ -350,7 +354,6 @@ class DeviceTrainer:
             ev.append(d.event().record())
             size_now = min(self.cap, (epoch + 1) * self.profile.n_envs * cfg.rollout_steps)  # known on the host
             updates = cfg.max_steps_per_epoch if size_now >= cfg.learning_starts else 0
-            parts_ms = None
             if epoch == 0 and updates:  # the first epoch replays the three parts with events between them
                 marks = []
                 for _ in range(updates):
