@@ -1,0 +1,1 @@
+"""Hyper-parameter search: particle swarm over TOML bounds, maximising mean validation Sharpe."""
