@@ -78,3 +78,88 @@ def test_bad_bounds_files_name_the_key(tmp_path, text, match):
     p.write_text(text)
     with pytest.raises(ConfigError, match=match):
         HyperoptProfile(p)
+
+
+TINY = """
+[swarm]
+particles = 3
+seed = 4
+folds = [0]
+[bounds.lr]
+type = "float"
+low = 1e-4
+high = 1e-3
+scale = "log"
+[bounds.gamma]
+type = "float"
+low = 0.9
+high = 0.99
+[bounds.episode_len]
+type = "choice"
+values = [256, 512]
+"""
+BUDGET = ["--device", "cpu", "--progress", "plain", "--set", "training.epochs=1", "--set", "training.max_steps_per_epoch=4",
+          "--set", "training.rollout_steps=8", "--set", "training.learning_starts=64", "--set", "splits.max_folds=2"]
+
+
+def test_tiny_search_resume_and_best_config(tmp_path, capsys, monkeypatch):
+    import json
+
+    import pandas as pd
+
+    from conftest import SAMPLE
+    from workbench.agent import backend as B
+    from workbench.hyperopt.__main__ import main
+    from workbench.walkforward import main as walkforward
+
+    bounds = tmp_path / "b.toml"
+    bounds.write_text(TINY)
+    calls = []
+    real = B.Backend.trainer
+
+    def spy(self, *a, **k):  # record whether anyone asked for a test backtest during the search
+        t = real(self, *a, **k)
+        orig = t.train_fold
+
+        def train_fold(w, on_epoch=None, test=True):
+            calls.append(test)
+            return orig(w, on_epoch=on_epoch, test=test)
+
+        t.train_fold = train_fold
+        return t
+
+    monkeypatch.setattr(B.Backend, "trainer", spy)
+    out = tmp_path / "s"
+    assert main([str(SAMPLE), "--trials", "5", "--bounds", str(bounds), "--out", str(out), "--no-test", *BUDGET]) == 0
+    assert calls == [False] * 5  # five trials, one scored fold each, never the test range
+    log = pd.read_parquet(out / "trials.parquet")
+    assert len(log) == 5 and list(log["iteration"]) == [0, 0, 0, 1, 1]
+    assert log["p_episode_len"].isin([256, 512]).all()
+    # interrupted after trial 4: resume re-runs only what is missing and lands on the same log
+    full = log.copy()
+    log.iloc[:4].to_parquet(out / "trials.parquet")
+    calls.clear()
+    assert main([str(SAMPLE), "--trials", "5", "--bounds", str(bounds), "--resume", str(out), "--no-test", *BUDGET]) == 0
+    again = pd.read_parquet(out / "trials.parquet")
+    assert len(calls) == 1  # only the missing trial ran
+    pd.testing.assert_frame_equal(again.drop(columns="seconds"), full.drop(columns="seconds"))
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["best_mean_val_sharpe"] == pytest.approx(full["mean_val_sharpe"].max())
+    capsys.readouterr()
+    # the best configuration is a run config that walkforward accepts as it is
+    assert walkforward([str(SAMPLE), "--config", str(out / "best.toml"), "--out", str(tmp_path / "wf"),
+                        "--progress", "none", "--json"]) == 0
+    wf = json.loads(capsys.readouterr().out)
+    assert wf["strategy"] == "dqn"
+
+
+def test_search_cli_errors(tmp_path, capsys):
+    from conftest import SAMPLE
+    from workbench.hyperopt.__main__ import main
+
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[bounds.lrr]\nlow = 1\nhigh = 2\n")
+    assert main([str(SAMPLE), "--trials", "2", "--bounds", str(bad), "--out", str(tmp_path / "x"), *BUDGET]) == 78
+    assert "unknown parameter 'lrr'" in capsys.readouterr().err
+    assert main([str(SAMPLE), "--trials", "2", "--resume", str(tmp_path / "none"), *BUDGET]) == 2
+    assert main([str(tmp_path / "missing.parquet"), "--trials", "2", "--out", str(tmp_path / "y"), *BUDGET]) == 66

@@ -47,12 +47,12 @@ def dumps(obj) -> str:
 
 
 class RunDir:
-    def __init__(self, path: str | Path, force: bool = False, resume: bool = False):
+    def __init__(self, path: str | Path, force: bool = False, resume: bool = False, marker: str = "config.toml"):
         self.path = Path(path)
         self.resume = resume
-        if resume:
-            if not (self.path / "config.toml").is_file():
-                raise UsageError(f"cannot resume {self.path}: no config.toml there", "is it a run directory?")
+        if resume:  # ``marker``: the file every directory of this kind starts with
+            if not (self.path / marker).is_file():
+                raise UsageError(f"cannot resume {self.path}: no {marker} there", "is it a run directory?")
             return
         if self.path.exists() and any(self.path.iterdir()):
             if not force:

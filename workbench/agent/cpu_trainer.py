@@ -150,7 +150,8 @@ class CpuTrainer:
                                        sp.tick_size, sp.slippage_ticks, sp.commission_per_side, sp.commission_bps)
         return pos, pnl, greedy
 
-    def train_fold(self, w: Window, on_epoch=None) -> FoldTrainResult:
+    def train_fold(self, w: Window, on_epoch=None, test: bool = True) -> FoldTrainResult:
+        """Train on the fold; ``test=False`` (the search) never backtests the test range."""
         cfg, prof, sp = self.cfg, self.profile, self.spec
         t0 = time.perf_counter()
         shape = NetShape(obs_dim=w.n_features + N_POS, hidden=prof.hidden, atoms=prof.atoms)
@@ -222,6 +223,9 @@ class CpuTrainer:
                 on_epoch(log)
         if best_epoch < 0:
             best = self.params.copy()
+        if not test:
+            return FoldTrainResult(logs, best_epoch, float(best_sharpe), best, np.zeros(0, np.int32), np.zeros(0),
+                                   np.zeros((0, 3), np.int32), init_ms, backend="cpu")
         pos, pnl, greedy = self._backtest(best, w, w.test, shape, support)
         a, b = w.test
         taken = greedy.reshape(-1, N_POS, 3)[a:b][np.arange(b - a), np.clip(pos + MAX_POS, 0, N_POS - 1)]

@@ -329,7 +329,8 @@ class DeviceTrainer:
         d.synchronize()
         return graphs
 
-    def train_fold(self, w: Window, on_epoch=None) -> FoldTrainResult:
+    def train_fold(self, w: Window, on_epoch=None, test: bool = True) -> FoldTrainResult:
+        """Train on the fold; ``test=False`` (the search) never backtests the test range."""
         d, cfg = self.device, self.cfg
         t0 = time.perf_counter()
         graphs = self.prepare(w)
@@ -397,6 +398,9 @@ class DeviceTrainer:
                 on_epoch(log)
         if best_epoch < 0:
             self.best.copy_to_device(self.params, stream=st)
+        if not test:
+            return FoldTrainResult(logs, best_epoch, float(best_sharpe), self.best.copy_to_host(), np.zeros(0, np.int32),
+                                   np.zeros(0), np.zeros((0, 3), np.int32), init_ms, backend="gpu")
         self._backtest(st, self.best, w.test, self.test_range)
         d.synchronize()
         a, b = w.test

@@ -1,0 +1,163 @@
+"""``python -m workbench.hyperopt DATA --trials N``: particle-swarm search over config/training/dqn-hyperopt.toml.
+
+Each trial trains the agent on the scored folds and is scored by its mean validation Sharpe (test
+ranges are never used by the search). Progress on stderr; results on stdout: the best trial, the
+path of ``best.toml`` (accepted by ``workbench.walkforward --config``) and the run directory.
+After the search, the best configuration runs once over every fold's test range: its stitched
+out-of-sample result and its deflated Sharpe (given the number of trials) go into summary.json.
+Exit codes as in workbench.walkforward.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime as dt
+import math
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import numpy as np
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from .. import metrics as M
+from ..config import load_config, to_toml
+from ..data import load_bars
+from ..engine import WalkForward
+from ..errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_USAGE, UsageError, WorkbenchError
+from ..rundir import RunDir, dumps
+from .bounds import HyperoptProfile
+from .search import Search, candidate_config
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):
+        print(f"workbench: error: {message}: see --help", file=sys.stderr)
+        raise SystemExit(EXIT_USAGE)
+
+
+class TrialProgress:
+    def __init__(self, total: int, live: bool):
+        self.total, self.t0, self.rows = total, time.perf_counter(), []
+        self.live = Live(console=Console(stderr=True), refresh_per_second=4) if live else None
+        if self.live:
+            self.live.start()
+
+    def trial(self, row: dict, best: dict | None) -> None:
+        self.rows.append(row)
+        b = f"{best['mean_val_sharpe']:.3f} (trial {best['trial']})" if best else "none yet"
+        if self.live:
+            t = Table(title=f"hyperopt: {len(self.rows)}/{self.total} trials, best mean validation Sharpe {b}, "
+                            f"{time.perf_counter() - self.t0:.0f} s")
+            for c in ("trial", "iteration", "particle", "mean val Sharpe", "status", "time (s)"):
+                t.add_column(c, justify="right")
+            for r in self.rows[-12:]:
+                t.add_row(str(r["trial"]), str(r["iteration"]), str(r["particle"]), f"{r['mean_val_sharpe']:.3f}",
+                          r["status"][:30], f"{r['seconds']:.1f}")
+            self.live.update(t)
+        else:
+            print(f"[{time.perf_counter() - self.t0:7.1f}s] trial {row['trial'] + 1}/{self.total} (iteration "
+                  f"{row['iteration']}, particle {row['particle']}): mean_val_sharpe={row['mean_val_sharpe']:.3f} "
+                  f"{row['status']} in {row['seconds']:.1f}s | best {b}", file=sys.stderr, flush=True)
+
+    def stop(self):
+        if self.live:
+            self.live.stop()
+
+
+def build_parser():
+    p = _Parser(prog="python -m workbench.hyperopt", description=__doc__.split("\n")[0])
+    p.add_argument("data", help="bars: parquet file or directory, or CSV")
+    p.add_argument("--trials", type=int, required=True, help="trials to run in total (a resumed search counts old ones)")
+    p.add_argument("--bounds", help="bounds TOML (default config/training/dqn-hyperopt.toml)")
+    p.add_argument("--config", help="base run config TOML")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a base config key")
+    p.add_argument("--device", choices=("auto", "gpu", "cpu"), help="where trials train (default auto)")
+    p.add_argument("--out", help="search directory (default runs/<time>-hyperopt)")
+    p.add_argument("--resume", metavar="DIR", help="continue a search from its trial log")
+    p.add_argument("--no-test", action="store_true", help="skip the final out-of-sample run of the best configuration")
+    p.add_argument("--progress", choices=("auto", "live", "plain"), default="auto")
+    return p
+
+
+def run(args) -> int:
+    if args.trials < 1:
+        raise UsageError("--trials must be >= 1")
+    overrides = list(args.set) + ([f'device="{args.device}"'] if args.device else [])
+    base = load_config(args.config, overrides)
+    base = dataclasses.replace(base, strategy=dataclasses.replace(base.strategy, name="dqn"))
+    profile = HyperoptProfile(args.bounds)
+    out = Path(args.resume or args.out or f"runs/{dt.datetime.now():%Y%m%d-%H%M%S}-hyperopt")
+    if args.resume:
+        if not (out / "base_config.toml").is_file():
+            raise UsageError(f"cannot resume {out}: no base_config.toml there", "is it a search directory?")
+        if (out / "base_config.toml").read_text() != to_toml(base):
+            raise UsageError(f"cannot resume {out}: the base config differs", "resume with the same --config/--set")
+        run_dir = RunDir(out, resume=True, marker="base_config.toml")
+    else:
+        run_dir = RunDir(out)
+        run_dir.write_text("base_config.toml", to_toml(base))
+        run_dir.write_text("bounds.toml", profile.path.read_text())
+    bars = load_bars(args.data, market=base.data.market, naive_tz=base.data.naive_tz, unsorted=base.data.unsorted)
+    live = args.progress == "live" or (args.progress == "auto" and sys.stderr.isatty())
+    progress = TrialProgress(args.trials, live)
+    search = Search(base, profile, bars, out, progress)
+    kept = search.resume() if args.resume else 0
+    if kept:
+        print(f"workbench: resumed {out} with {kept} finished trials", file=sys.stderr)
+    try:
+        log = search.run(args.trials)
+    finally:
+        progress.stop()
+    best_values = search.best_values()
+    best_cfg = candidate_config(base, best_values)
+    run_dir.write_text("best.toml", to_toml(best_cfg))
+    best = search.best_row()
+    summary = {"trials": len(log), "best_trial": int(best["trial"]), "best_mean_val_sharpe": best["mean_val_sharpe"],
+               "best_values": best_values, "scored_folds": list(search.score_folds),
+               "annualization": M.ANNUALIZATION_NOTE}
+    if not args.no_test:
+        res = WalkForward(best_cfg).run(bars)
+        s = res.stitched
+        r = M.daily_returns(s["pnl_usd"].to_numpy(), s.index, res.market, res.capital).to_numpy()
+        per_day = log["mean_val_sharpe"].to_numpy(dtype=float) / math.sqrt(M.ANNUALIZATION)
+        per_day = per_day[np.isfinite(per_day)]
+        var = float(np.var(per_day, ddof=1)) if len(per_day) > 1 else 0.0
+        summary["out_of_sample_test"] = {
+            "label": "out-of-sample: test ranges never seen by the search, best configuration retrained per fold",
+            "metrics": res.metrics, "baselines": res.baselines,
+            "deflated_sharpe": M.deflated_sharpe(r, n_trials=len(per_day), sr_variance=var),
+            "trials_counted": len(per_day)}
+    run_dir.write_json("summary.json", summary)
+    print(f"best trial {best['trial']}: mean validation Sharpe {best['mean_val_sharpe']:.3f} ({M.ANNUALIZATION_NOTE})")
+    if "out_of_sample_test" in summary:
+        o = summary["out_of_sample_test"]
+        print(f"out-of-sample test ranges (never seen by the search): Sharpe {o['metrics']['sharpe']:.3f}, "
+              f"net PnL {o['metrics']['net_pnl_usd']:.0f} USD, deflated Sharpe {o['deflated_sharpe']:.3f} "
+              f"over {o['trials_counted']} trials")
+    print(out / "best.toml")
+    print(out)
+    return 0
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return run(args)
+    except WorkbenchError as exc:
+        print(f"workbench: error: {exc.one_line()}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("workbench: error: interrupted: finished trials are kept in the trial log (--resume DIR)", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except Exception as exc:  # internal
+        traceback.print_exc()
+        print(f"workbench: error: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return EXIT_INTERNAL
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,135 @@
+"""The search: each particle is a training configuration, scored by its mean validation Sharpe.
+
+Objective: for every scored fold (``swarm.folds``, all by default) the agent trains with the
+candidate's ``[training]`` values and keeps its best epoch by validation Sharpe; the trial's score
+is the mean of those Sharpes over the folds. Test ranges are never backtested during the search.
+
+Trial log (``RUN/trials.parquet``, rewritten atomically after every trial): trial, iteration,
+particle, the unit-cube coordinates (``u_*``), the decoded values, each fold's validation Sharpe,
+the mean, seconds and status. A resumed search replays the completed iterations' scores into a
+swarm built from the same seed and checks that it proposes the logged positions again.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ..agent.backend import make_backend
+from ..agent.train_config import validate
+from ..agent.window import make_window
+from ..config import RunConfig
+from ..errors import ConfigError
+from ..features import build_features
+from ..splits import walk_forward_splits
+from .bounds import HyperoptProfile
+from .pso import ParticleSwarm
+
+
+def candidate_config(base: RunConfig, values: dict) -> RunConfig:
+    """``base`` with the candidate's training values (v_min < v_max kept by swapping, documented)."""
+    v = dict(values)
+    if "v_min" in v and "v_max" in v and v["v_min"] >= v["v_max"]:
+        v["v_min"], v["v_max"] = v["v_max"], v["v_min"]
+    return dataclasses.replace(base, training=validate(dataclasses.replace(base.training, **v)))
+
+
+class Search:
+    def __init__(self, base: RunConfig, profile: HyperoptProfile, bars, run_dir: Path, progress=None):
+        self.base, self.profile, self.bars, self.dir, self.progress = base, profile, bars, Path(run_dir), progress
+        self.feats = build_features(bars, base.features)
+        self.folds = walk_forward_splits(bars.ts, base.splits, self.feats.max_lookback, self.feats.warmup)
+        chosen = profile.swarm.folds or tuple(range(len(self.folds)))
+        bad = [k for k in chosen if not 0 <= k < len(self.folds)]
+        if bad:
+            raise ConfigError(f"swarm.folds names folds {bad} but the data has {len(self.folds)}")
+        self.score_folds = chosen
+        self.backend = make_backend(base.device)
+        s = profile.swarm
+        self.pso = ParticleSwarm(len(profile.names), s.particles, s.inertia, s.cognitive, s.social, s.seed, s.boundary)
+        self.log_path = self.dir / "trials.parquet"
+        self.rows: list[dict] = []
+
+    # ---- resume ----
+    def resume(self) -> int:
+        """Replay a trial log; returns the number of trials kept."""
+        if not self.log_path.is_file():
+            return 0
+        log = pd.read_parquet(self.log_path)
+        P = self.profile.swarm.particles
+        ucols = [f"u_{n}" for n in self.profile.names]
+        if list(c for c in log.columns if c.startswith("u_")) != ucols:
+            raise ConfigError(f"cannot resume {self.log_path}: its parameters differ from the bounds file")
+        complete = len(log) // P
+        for it in range(complete):
+            block = log.iloc[it * P:(it + 1) * P]
+            if not np.allclose(block[ucols].to_numpy(), self.pso.ask(), atol=1e-12):
+                raise ConfigError(f"cannot resume {self.log_path}: iteration {it} does not replay "
+                                  "(different seed or swarm settings?)")
+            self.pso.tell(block["mean_val_sharpe"].to_numpy(dtype=np.float64))
+        partial = log.iloc[complete * P:]  # finished trials of an unfinished iteration are kept too
+        if len(partial) and not np.allclose(partial[ucols].to_numpy(), self.pso.ask()[:len(partial)], atol=1e-12):
+            raise ConfigError(f"cannot resume {self.log_path}: iteration {complete} does not replay")
+        self.rows = log.to_dict(orient="records")
+        return len(self.rows)
+
+    # ---- evaluation ----
+    def evaluate(self, values: dict) -> tuple[list[float], str]:
+        try:
+            cfg = candidate_config(self.base, values)
+        except ConfigError as exc:
+            return [float("nan")] * len(self.score_folds), f"invalid: {exc.message}"
+        sharpes = []
+        for k in self.score_folds:
+            w = make_window(self.bars, self.feats, self.folds.loc[k].to_dict())
+            trainer = self.backend.trainer(cfg.training, self.bars.market, cfg.backtest.capital, seed=cfg.seed * 1000 + k)
+            res = trainer.train_fold(w, test=False)
+            sharpes.append(res.best_val_sharpe)
+        return sharpes, "ok"
+
+    def _write_log(self) -> None:
+        tmp = self.log_path.with_name(".trials.parquet.tmp")
+        pd.DataFrame(self.rows).to_parquet(tmp)
+        os.replace(tmp, self.log_path)
+
+    def run(self, trials: int) -> pd.DataFrame:
+        names, P = self.profile.names, self.profile.swarm.particles
+        while len(self.rows) < trials:
+            it = len(self.rows) // P
+            positions = self.pso.ask()
+            first = len(self.rows) % P  # a partly logged iteration continues where it stopped
+            for p in range(first, P):
+                if len(self.rows) >= trials:
+                    break
+                values = self.profile.decode(positions[p])
+                t0 = time.perf_counter()
+                sharpes, status = self.evaluate(values)
+                fin = [s for s in sharpes if np.isfinite(s)]
+                row = {"trial": len(self.rows), "iteration": it, "particle": p,
+                       **{f"u_{n}": float(u) for n, u in zip(names, positions[p])},
+                       **{f"p_{n}": v for n, v in values.items()},
+                       "val_sharpes": json.dumps(sharpes), "mean_val_sharpe": float(np.mean(fin)) if len(fin) == len(sharpes) else float("nan"),
+                       "seconds": time.perf_counter() - t0, "status": status}
+                self.rows.append(row)
+                self._write_log()
+                if self.progress:
+                    self.progress.trial(row, self.best_row())
+            if len(self.rows) % P == 0:
+                block = self.rows[-P:]
+                self.pso.tell(np.array([r["mean_val_sharpe"] for r in block], dtype=np.float64))
+        return pd.DataFrame(self.rows)
+
+    def best_row(self) -> dict | None:
+        ok = [r for r in self.rows if np.isfinite(r["mean_val_sharpe"])]
+        return max(ok, key=lambda r: r["mean_val_sharpe"]) if ok else None
+
+    def best_values(self) -> dict:
+        row = self.best_row()
+        if row is None:
+            raise ConfigError("no trial finished with a finite validation Sharpe")
+        return {n: row[f"p_{n}"] for n in self.profile.names}
