@@ -127,3 +127,20 @@ def test_resume_keeps_finished_folds(tmp_path, capsys):
     rc = main([str(SAMPLE), "--resume", str(out), "--set", "splits.embargo=10", "--progress", "none"])
     assert rc == 78 and "config.toml differs" in capsys.readouterr().err
     assert main([str(SAMPLE), "--resume", str(tmp_path / "nowhere"), "--progress", "none"]) == 2
+
+
+def test_gpu_size_overrides_reach_the_trainer(tmp_path, capsys):
+    import numpy as np
+
+    from workbench.agent.network import NetShape
+
+    out = tmp_path / "run"
+    rc = main([str(SAMPLE), "--device", "cpu", "--epochs", "1", "--max-steps-per-epoch", "2", "--out", str(out),
+               "--progress", "none", "--set", "splits.max_folds=1", "--set", "training.rollout_steps=8",
+               "--set", "training.learning_starts=64", "--set", "gpu.hidden=16", "--set", "gpu.atoms=11",
+               "--set", "gpu.batch=32", "--set", "gpu.n_envs=8"])
+    assert rc == 0, capsys.readouterr().err
+    w = np.load(out / "fold_000" / "weights.npy")
+    n_features = 16  # the sample's feature count (with order flow)
+    assert w.size == NetShape(obs_dim=n_features + 7, hidden=16, atoms=11).n_params
+    assert main([str(SAMPLE), "--set", "gpu.atoms=1", "--out", str(tmp_path / "bad"), "--progress", "none"]) == 78

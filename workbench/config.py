@@ -63,6 +63,14 @@ class StrategyConfig:
 
 
 @dataclass(frozen=True)
+class GpuOverrides:
+    hidden: int = _f(0, "MLP trunk width (0 = the GPU profile's value)")
+    atoms: int = _f(0, "C51 atoms, 2..128 (0 = the profile's)")
+    batch: int = _f(0, "replay batch per update (0 = the profile's)")
+    n_envs: int = _f(0, "parallel environments (0 = the profile's)")
+
+
+@dataclass(frozen=True)
 class RunConfig:
     seed: int = _f(0, "seed of every random choice in the run")
     data: DataConfig = _f(DataConfig(), "how bars are read")
@@ -72,6 +80,7 @@ class RunConfig:
     strategy: StrategyConfig = _f(StrategyConfig(), "strategy: the DQN agent or a rule baseline")
     training: TrainConfig = _f(TrainConfig(), "DQN hyper-parameters (defaults: config/training/dqn.toml)")
     device: str = _f("auto", "'auto' (GPU when present), 'gpu' or 'cpu' (the reference backend)")
+    gpu: GpuOverrides = _f(GpuOverrides(), "per-run overrides of the GPU profile's sizes (config/gpu/*.toml)")
 
 
 def _check_value(key: str, value: Any, hint: Any) -> Any:
@@ -215,6 +224,9 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         from .agent.train_config import validate
 
         validate(cfg.training)
+        g = cfg.gpu
+        if min(g.hidden, g.atoms, g.batch, g.n_envs) < 0 or g.atoms == 1 or g.atoms > 128:
+            raise ConfigError("gpu overrides must be >= 0 (0 = the profile's value) and atoms in [2, 128]")
         if cfg.device not in ("auto", "gpu", "cpu"):
             raise ConfigError(f"device must be 'auto', 'gpu' or 'cpu', got {cfg.device!r}")
     return cfg

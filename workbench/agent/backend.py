@@ -26,14 +26,24 @@ class Backend:
             override = os.environ.get("WORKBENCH_GPU_PROFILE")
             self.profile = load_profile(override) if override else load_profile("cpu")
 
-    def trainer(self, cfg, spec, capital: float, seed: int):
+    def sized(self, overrides=None):
+        """The profile with a run's non-zero ``[gpu]`` overrides applied."""
+        import dataclasses
+
+        if overrides is None:
+            return self.profile
+        changes = {k: v for k, v in dataclasses.asdict(overrides).items() if v}
+        return dataclasses.replace(self.profile, **changes) if changes else self.profile
+
+    def trainer(self, cfg, spec, capital: float, seed: int, overrides=None):
+        profile = self.sized(overrides)
         if self.kind == "gpu":
             from .trainer import DeviceTrainer
 
-            return DeviceTrainer(self.device, self.gemm, self.profile, cfg, spec, capital, seed)
+            return DeviceTrainer(self.device, self.gemm, profile, cfg, spec, capital, seed)
         from .cpu_trainer import CpuTrainer
 
-        return CpuTrainer(self.profile, cfg, spec, capital, seed)
+        return CpuTrainer(profile, cfg, spec, capital, seed)
 
     def describe(self) -> str:
         if self.kind == "gpu":

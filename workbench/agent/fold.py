@@ -34,7 +34,7 @@ class AccountingMismatch(ArithmeticError):
 def run_dqn_fold(k: int, folds, bars, feats, cfg, backend, spec, ranges: dict, on_epoch=None):
     fold = folds.loc[k].to_dict()
     w = make_window(bars, feats, fold)
-    trainer = backend.trainer(cfg.training, spec, cfg.backtest.capital, seed=cfg.seed * 1000 + k)
+    trainer = backend.trainer(cfg.training, spec, cfg.backtest.capital, seed=cfg.seed * 1000 + k, overrides=cfg.gpu)
     res = trainer.train_fold(w, on_epoch=on_epoch)
     a, b = int(fold["test_start"]), int(fold["test_stop"])
     test = bars.slice(a, b)

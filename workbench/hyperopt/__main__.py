@@ -28,7 +28,7 @@ from ..config import load_config, to_toml
 from ..data import load_bars
 from ..engine import WalkForward
 from ..errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_USAGE, UsageError, WorkbenchError
-from ..rundir import RunDir, dumps
+from ..rundir import RunDir
 from .bounds import HyperoptProfile
 from .search import Search, candidate_config
 

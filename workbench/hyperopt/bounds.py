@@ -2,7 +2,8 @@
 
 Each ``[bounds.NAME]`` has ``type`` (float | int | choice), and ``low``/``high`` with ``scale``
 (linear | log) for numbers, or ``values`` for a choice. NAME is a key of ``[training]`` (see
-``config/training/dqn.toml``). Every parameter is searched on the unit interval: numbers map
+``config/training/dqn.toml``) or a size of the GPU profile (hidden, atoms, batch, n_envs; applied
+through the run's ``[gpu]`` table). Every parameter is searched on the unit interval: numbers map
 linearly or logarithmically onto [low, high] (ints rounded), choices map to equal-width slots.
 Adjusting a range never needs a code change; unknown keys are errors that name the key.
 """
@@ -14,11 +15,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..agent.train_config import TrainConfig
-from ..config import read_toml
+from ..config import GpuOverrides, read_toml
 from ..errors import ConfigError
 from ..resources import config_file
 
 TRAINING_KEYS = {f.name for f in dataclasses.fields(TrainConfig)}
+GPU_KEYS = {f.name for f in dataclasses.fields(GpuOverrides)}  # sizes: searched through the run's [gpu] table
 
 
 @dataclass(frozen=True)
@@ -51,8 +53,9 @@ class Bound:
 
 def _bound(name: str, spec: dict, source: str) -> Bound:
     where = f"{source}: bounds.{name}"
-    if name not in TRAINING_KEYS:
-        raise ConfigError(f"{where}: unknown parameter '{name}'", "bounds name keys of [training] (dqn.toml)")
+    if name not in TRAINING_KEYS | GPU_KEYS:
+        raise ConfigError(f"{where}: unknown parameter '{name}'",
+                          "bounds name keys of [training] (dqn.toml) or the sizes hidden, atoms, batch, n_envs")
     if not isinstance(spec, dict):
         raise ConfigError(f"{where} must be a table")
     known = {"type", "low", "high", "scale", "values"}

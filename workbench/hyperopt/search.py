@@ -27,16 +27,19 @@ from ..config import RunConfig
 from ..errors import ConfigError
 from ..features import build_features
 from ..splits import walk_forward_splits
-from .bounds import HyperoptProfile
+from .bounds import GPU_KEYS, HyperoptProfile
 from .pso import ParticleSwarm
 
 
 def candidate_config(base: RunConfig, values: dict) -> RunConfig:
-    """``base`` with the candidate's training values (v_min < v_max kept by swapping, documented)."""
-    v = dict(values)
+    """``base`` with the candidate's values: training keys into ``[training]``, size keys into ``[gpu]``
+    (v_min < v_max kept by swapping the two when a candidate inverts them)."""
+    v = {k: x for k, x in values.items() if k not in GPU_KEYS}
+    g = {k: x for k, x in values.items() if k in GPU_KEYS}
     if "v_min" in v and "v_max" in v and v["v_min"] >= v["v_max"]:
         v["v_min"], v["v_max"] = v["v_max"], v["v_min"]
-    return dataclasses.replace(base, training=validate(dataclasses.replace(base.training, **v)))
+    return dataclasses.replace(base, training=validate(dataclasses.replace(base.training, **v)),
+                               gpu=dataclasses.replace(base.gpu, **g))
 
 
 class Search:
@@ -87,7 +90,8 @@ class Search:
         sharpes = []
         for k in self.score_folds:
             w = make_window(self.bars, self.feats, self.folds.loc[k].to_dict())
-            trainer = self.backend.trainer(cfg.training, self.bars.market, cfg.backtest.capital, seed=cfg.seed * 1000 + k)
+            trainer = self.backend.trainer(cfg.training, self.bars.market, cfg.backtest.capital, seed=cfg.seed * 1000 + k,
+                                           overrides=cfg.gpu)
             res = trainer.train_fold(w, test=False)
             sharpes.append(res.best_val_sharpe)
         return sharpes, "ok"
