@@ -1,6 +1,7 @@
 """Result objects of a walk-forward run: one :class:`FoldResult` per fold, one :class:`WalkForwardResult`."""
 from __future__ import annotations
 
+import html
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -73,3 +74,74 @@ class WalkForwardResult:
             row.update({k: f.metrics.get(k, np.nan) for k in HEADLINE})
             rows.append(row)
         return pd.DataFrame(rows)
+
+
+# ---- display: HTML in notebooks, rich in terminals, a self-contained report ----
+
+def _fmt(v) -> str:
+    if isinstance(v, float):
+        return f"{v:.6g}"
+    return str(v)
+
+
+def _metrics_table_html(title: str, columns: dict[str, dict]) -> str:
+    keys = list(next(iter(columns.values())).keys()) if columns else []
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
+    rows = "".join(f"<tr><td>{html.escape(k)}</td>" + "".join(f"<td>{html.escape(_fmt(m.get(k, '')))}</td>"
+                                                             for m in columns.values()) + "</tr>" for k in keys)
+    return f"<h4>{html.escape(title)}</h4><table><tr><th>metric</th>{head}</tr>{rows}</table>"
+
+
+def _fold_repr_html(self: FoldResult) -> str:
+    if not self.ok:
+        return f"<b>fold {self.fold}: failed</b><pre>{html.escape(self.error or '')}</pre>"
+    ranges = "".join(f"<li>{html.escape(k)}: {html.escape(v)}</li>" for k, v in self.ranges.items())
+    return (f"<div><b>fold {self.fold} ({html.escape(self.strategy)})</b><ul>{ranges}</ul>"
+            + _metrics_table_html("test range", {"value": self.metrics})
+            + f"<p><i>{html.escape(M.ANNUALIZATION_NOTE)}</i></p></div>")
+
+
+def _wf_repr_html(self: WalkForwardResult) -> str:
+    cols = {self.strategy: {k: v for k, v in self.metrics.items() if k != "annualization"}}
+    cols.update(self.baselines)
+    folds = self.to_frame().to_html(index=False, float_format=lambda x: f"{x:.4g}", escape=True)
+    return (f"<div><h3>walk-forward: {html.escape(self.strategy)} ({html.escape(self.market.name)}, "
+            f"{len(self.fold_results)} folds)</h3>"
+            + _metrics_table_html("stitched out-of-sample" + (" against the baselines (same folds, same costs)"
+                                                              if self.baselines else ""), cols)
+            + f"<h4>folds</h4>{folds}<p><i>{html.escape(M.ANNUALIZATION_NOTE)}</i></p></div>")
+
+
+def _wf_rich(self: WalkForwardResult):
+    from rich.table import Table
+
+    t = Table(title=f"walk-forward: {self.strategy} ({self.market.name}), stitched out-of-sample")
+    names = [self.strategy, *self.baselines]
+    t.add_column("metric")
+    for n in names:
+        t.add_column(n, justify="right")
+    rows = {self.strategy: self.metrics, **self.baselines}
+    for k in self.metrics:
+        if k != "annualization":
+            t.add_row(k, *[_fmt(rows[n].get(k, "")) for n in names])
+    t.caption = M.ANNUALIZATION_NOTE
+    return t
+
+
+def _wf_to_html(self: WalkForwardResult, path) -> str:
+    """Write a self-contained HTML report (no external files) and return its path."""
+    from pathlib import Path
+
+    page = ("<!doctype html><html><head><meta charset='utf-8'><title>workbench report</title><style>"
+            "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;margin:.5em 0}"
+            "td,th{border:1px solid #ccc;padding:.2em .6em;text-align:right}</style></head><body>"
+            + _wf_repr_html(self) + "".join(f.__class__._repr_html_(f) for f in self.fold_results) + "</body></html>")
+    p = Path(path)
+    p.write_text(page)
+    return str(p)
+
+
+FoldResult._repr_html_ = _fold_repr_html
+WalkForwardResult._repr_html_ = _wf_repr_html
+WalkForwardResult.__rich__ = _wf_rich
+WalkForwardResult.to_html = _wf_to_html
