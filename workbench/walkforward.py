@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import sys
-import traceback
 from pathlib import Path
 
 from rich.console import Console
@@ -19,18 +18,13 @@ from rich.table import Table
 from .config import describe, load_config
 from .dashboard import make_progress
 from .engine import ALL_STRATEGIES, WalkForward
-from .errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_USAGE, UsageError, WorkbenchError
+from .cli import Parser, run_guarded
+from .errors import UsageError
 from .rundir import RunDir, dumps
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # one line, exit 2 (STYLE.md)
-        print(f"workbench: error: {message}: see --help", file=sys.stderr)
-        raise SystemExit(EXIT_USAGE)
-
-
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="python -m workbench.walkforward", description=__doc__.split("\n")[0])
+    p = Parser(prog="python -m workbench.walkforward", description=__doc__.split("\n")[0])
     p.add_argument("data", nargs="?", help="bars: parquet file or directory, or CSV")
     p.add_argument("--strategy", choices=ALL_STRATEGIES,
                    help="dqn (the agent, default) or a rule baseline: buy-and-hold, momentum")
@@ -120,20 +114,7 @@ def main(argv: list[str] | None = None) -> int:
         for key, default, doc in describe():
             print(f"{key} = {default!r}  # {doc}")
         return 0
-    try:
-        return run(args)
-    except WorkbenchError as exc:
-        print(f"workbench: error: {exc.one_line()}", file=sys.stderr)
-        return exc.exit_code
-    except KeyboardInterrupt:
-        print("workbench: error: interrupted: finished folds are kept in the run directory", file=sys.stderr)
-        return EXIT_INTERRUPTED
-    except Exception as exc:  # an internal error: one line unless --debug
-        if args.debug:
-            traceback.print_exc()
-        print(f"workbench: error: internal error: {type(exc).__name__}: {exc}: rerun with --debug for the traceback",
-              file=sys.stderr)
-        return EXIT_INTERNAL
+    return run_guarded(run, args, "finished folds are kept in the run directory")
 
 
 def console_main() -> None:

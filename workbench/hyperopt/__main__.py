@@ -9,13 +9,11 @@ Exit codes as in workbench.walkforward.
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import datetime as dt
 import math
 import sys
 import time
-import traceback
 from pathlib import Path
 
 import numpy as np
@@ -26,17 +24,12 @@ from rich.table import Table
 from .. import metrics as M
 from ..config import load_config, to_toml
 from ..data import load_bars
+from ..cli import Parser, run_guarded
 from ..engine import WalkForward
-from ..errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_USAGE, UsageError, WorkbenchError
+from ..errors import UsageError
 from ..rundir import RunDir
 from .bounds import HyperoptProfile
 from .search import Search, candidate_config
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):
-        print(f"workbench: error: {message}: see --help", file=sys.stderr)
-        raise SystemExit(EXIT_USAGE)
 
 
 class TrialProgress:
@@ -69,7 +62,7 @@ class TrialProgress:
 
 
 def build_parser():
-    p = _Parser(prog="python -m workbench.hyperopt", description=__doc__.split("\n")[0])
+    p = Parser(prog="python -m workbench.hyperopt", description=__doc__.split("\n")[0])
     p.add_argument("data", help="bars: parquet file or directory, or CSV")
     p.add_argument("--trials", type=int, required=True, help="trials to run in total (a resumed search counts old ones)")
     p.add_argument("--bounds", help="bounds TOML (default config/training/dqn-hyperopt.toml)")
@@ -80,6 +73,7 @@ def build_parser():
     p.add_argument("--resume", metavar="DIR", help="continue a search from its trial log")
     p.add_argument("--no-test", action="store_true", help="skip the final out-of-sample run of the best configuration")
     p.add_argument("--progress", choices=("auto", "live", "plain"), default="auto")
+    p.add_argument("--debug", action="store_true", help="print tracebacks of internal errors")
     return p
 
 
@@ -145,18 +139,7 @@ def run(args) -> int:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
-    try:
-        return run(args)
-    except WorkbenchError as exc:
-        print(f"workbench: error: {exc.one_line()}", file=sys.stderr)
-        return exc.exit_code
-    except KeyboardInterrupt:
-        print("workbench: error: interrupted: finished trials are kept in the trial log (--resume DIR)", file=sys.stderr)
-        return EXIT_INTERRUPTED
-    except Exception as exc:  # internal
-        traceback.print_exc()
-        print(f"workbench: error: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return EXIT_INTERNAL
+    return run_guarded(run, args, "finished trials are kept in the trial log (--resume DIR)")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,33 @@
+"""What every workbench CLI shares: one-line usage errors (exit 2) and the mapping of exceptions to
+STYLE.md's exit codes (``workbench: error: <what>: <hint>``; tracebacks only with ``--debug``)."""
+from __future__ import annotations
+
+import argparse
+import sys
+import traceback
+
+from .errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_USAGE, WorkbenchError
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, exit 2
+        print(f"workbench: error: {message}: see --help", file=sys.stderr)
+        raise SystemExit(EXIT_USAGE)
+
+
+def run_guarded(run, args, interrupted: str) -> int:
+    """Call ``run(args)``; turn failures into one stderr line and an exit code."""
+    try:
+        return run(args)
+    except WorkbenchError as exc:
+        print(f"workbench: error: {exc.one_line()}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print(f"workbench: error: interrupted: {interrupted}", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except Exception as exc:  # an internal error: one line unless --debug
+        if getattr(args, "debug", False):
+            traceback.print_exc()
+        print(f"workbench: error: internal error: {type(exc).__name__}: {exc}: rerun with --debug for the traceback",
+              file=sys.stderr)
+        return EXIT_INTERNAL
