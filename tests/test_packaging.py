@@ -14,10 +14,14 @@ def test_wheel_contains_config_and_finds_it(tmp_path):
     assert p.returncode == 0, p.stderr
     (wheel,) = tmp_path.glob("workbench-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
-    assert {"workbench/_config/markets/es.toml", "workbench/_config/markets/generic.toml"} <= names
+    assert {"workbench/_config/markets/es.toml", "workbench/_config/markets/generic.toml",
+            "workbench/_config/training/dqn.toml", "workbench/_config/training/dqn-hyperopt.toml",
+            "workbench/agent/trainer.py", "workbench/hyperopt/search.py", "workbench/cli.py"} <= names
     site = tmp_path / "site"
     zipfile.ZipFile(wheel).extractall(site)
+    # every subpackage travels: the agent and the search, not only the top-level modules
     code = ("import workbench.resources as r, workbench.markets as m; "
+            "import workbench.agent.trainer, workbench.agent.cpu_trainer, workbench.hyperopt.search, cuda_kernels.c51; "
             "print(r.config_dir()); print(m.load_market('es').point_value)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path,
                          env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"}, timeout=120)
