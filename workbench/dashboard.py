@@ -1,10 +1,13 @@
-"""Progress of a walk-forward run on stderr: a live ``rich`` dashboard on a terminal, plain lines otherwise.
+"""Progress of a walk-forward run: a live ``rich`` dashboard on a terminal, plain lines on stderr
+otherwise, and in a notebook an HTML table updated in place through an IPython display handle (no
+ipywidgets needed).
 
-Both implement the same small interface (``start``, ``fold_started``, ``fold_finished``, ``finish``),
-which the engine calls; results never go to stderr (they are printed on stdout by the CLI).
+All implement the same small interface (``start``, ``fold_started``, ``epoch``, ``fold_finished``,
+``finish``), which the engine calls; results never go to stderr (they are printed on stdout by the CLI).
 """
 from __future__ import annotations
 
+import html
 import sys
 import time
 
@@ -14,6 +17,11 @@ from rich.panel import Panel
 from rich.table import Table
 
 from .results import FoldResult
+
+
+FOLD_COLUMNS = ("fold", "test range", "status", "net PnL (USD)", "Sharpe (ann.)", "trades", "time (s)")
+EPOCH_COLUMNS = ("epoch", "init", "experience", "training", "validation", "total", "loss", "|Q| max", "eps",
+                 "val Sharpe", "val PnL (USD)")
 
 
 def _fmt(v, spec: str) -> str:
@@ -86,27 +94,35 @@ class LiveDashboard(PlainProgress):
         self._n_epochs = n_epochs
         if fold in self.rows:
             self.rows[fold][2] = f"epoch {log.epoch + 1}/{n_epochs}"
-        self.live.update(self._render())
+        self._refresh()
 
-    def _epoch_table(self):
-        t = Table(title=f"fold {getattr(self, '_epoch_fold', 0) + 1}: epochs (phase times in ms)")
-        for col in ("epoch", "init", "experience", "training", "validation", "total", "loss", "|Q| max", "eps",
-                    "val Sharpe", "val PnL (USD)"):
-            t.add_column(col, justify="right")
+    def _epoch_rows(self) -> list[list[str]]:
+        rows = []
         for e in sorted(getattr(self, "epochs", {})):
             g = self.epochs[e]
             ms = g.ms
-            t.add_row(str(e + 1), f"{ms.get('init', 0):.0f}", f"{ms['experience']:.1f}", f"{ms['training']:.1f}",
-                      f"{ms['validation']:.1f}", f"{ms['total']:.1f}", f"{g.loss:.4f}", f"{g.max_abs_q:.3g}",
-                      f"{g.epsilon:.2f}", _fmt(g.val_sharpe, ".2f") + (" guard" if g.guard_tripped else ""),
-                      f"{g.val_pnl_usd:,.0f}")
+            rows.append([str(e + 1), f"{ms.get('init', 0):.0f}", f"{ms['experience']:.1f}", f"{ms['training']:.1f}",
+                         f"{ms['validation']:.1f}", f"{ms['total']:.1f}", f"{g.loss:.4f}", f"{g.max_abs_q:.3g}",
+                         f"{g.epsilon:.2f}", _fmt(g.val_sharpe, ".2f") + (" guard" if g.guard_tripped else ""),
+                         f"{g.val_pnl_usd:,.0f}"])
+        return rows
+
+    def _epoch_title(self) -> str:
+        return f"fold {getattr(self, '_epoch_fold', 0) + 1}: epochs (phase times in ms)"
+
+    def _epoch_table(self):
+        t = Table(title=self._epoch_title())
+        for col in EPOCH_COLUMNS:
+            t.add_column(col, justify="right")
+        for row in self._epoch_rows():
+            t.add_row(*row)
         return t
 
     def _render(self):
         head = " | ".join(f"{k}: {v}" for k, v in self.info.items())
         done = sum(1 for r in self.rows.values() if r[2] in ("done", "failed"))
         t = Table(expand=False, title=f"folds {done}/{self.n}  ({time.perf_counter() - self.t0:.1f} s)")
-        for col in ("fold", "test range", "status", "net PnL (USD)", "Sharpe (ann.)", "trades", "time (s)"):
+        for col in FOLD_COLUMNS:
             t.add_column(col, justify="right" if col not in ("test range", "status") else "left")
         for k in sorted(self.rows):
             t.add_row(*self.rows[k])
@@ -120,7 +136,7 @@ class LiveDashboard(PlainProgress):
 
     def fold_started(self, fold: int, ranges: dict) -> None:
         self.rows[fold] = [str(fold + 1), ranges.get("test", ""), "running", "", "", "", ""]
-        self.live.update(self._render())
+        self._refresh()
 
     def fold_finished(self, res: FoldResult, seconds: float) -> None:
         row = self.rows.setdefault(res.fold, [str(res.fold + 1), "", "", "", "", "", ""])
@@ -129,18 +145,102 @@ class LiveDashboard(PlainProgress):
             row[2:] = ["done", f"{m['net_pnl_usd']:,.0f}", _fmt(m["sharpe"], ".2f"), str(m["trades"]), f"{seconds:.2f}"]
         else:
             row[2:] = ["failed", "", "", "", f"{seconds:.2f}"]
+        self._refresh()
+
+    def _refresh(self) -> None:
         self.live.update(self._render())
 
     def finish(self, summary: dict) -> None:
         if self.live:
-            self.live.update(self._render())
+            self._refresh()
             self.live.stop()
 
 
+def in_notebook() -> bool:
+    """True inside a Jupyter (ZMQ) kernel, where a display handle can be updated in place."""
+    ip = sys.modules.get("IPython")
+    shell = ip.get_ipython() if ip is not None else None
+    return shell is not None and type(shell).__name__ == "ZMQInteractiveShell"
+
+
+class NotebookProgress(LiveDashboard):
+    """The dashboard's folds and epoch tables as HTML in one notebook output, updated in place.
+
+    Updates are throttled to ``min_interval`` seconds (each one is a message to the front end), except
+    fold events and the end of the run, which always show."""
+
+    def __init__(self, min_interval: float = 0.5):
+        PlainProgress.__init__(self)
+        self.rows, self.info, self.live = {}, {}, None
+        self.min_interval, self._last = min_interval, 0.0
+        self.handle = None
+        self.summary: dict | None = None
+
+    def start(self, n_folds: int, info: dict) -> None:
+        from IPython.display import HTML, display
+
+        self.n, self.info = n_folds, info
+        self.handle = display(HTML(self._html()), display_id=True)
+
+    def _refresh(self, force: bool = False) -> None:
+        now = time.perf_counter()
+        if self.handle is None or (not force and now - self._last < self.min_interval):
+            return
+        from IPython.display import HTML
+
+        self._last = now
+        self.handle.update(HTML(self._html()))
+
+    def fold_started(self, fold: int, ranges: dict) -> None:
+        super().fold_started(fold, ranges)
+        self._refresh(force=True)
+
+    def fold_finished(self, res: FoldResult, seconds: float) -> None:
+        super().fold_finished(res, seconds)
+        self._refresh(force=True)
+
+    def finish(self, summary: dict) -> None:
+        self.summary = summary
+        self._refresh(force=True)
+
+    def _html(self) -> str:
+        def table(title, cols, rows):
+            head = "".join(f"<th>{html.escape(c)}</th>" for c in cols)
+            body = "".join("<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in r) + "</tr>" for r in rows)
+            return f"<b>{html.escape(title)}</b><table><tr>{head}</tr>{body}</table>"
+
+        done = sum(1 for r in self.rows.values() if r[2] in ("done", "failed"))
+        state = "finished" if self.summary is not None else "running"
+        parts = [f"<div><b>workbench walk-forward ({state})</b> - "
+                 + html.escape(" | ".join(f"{k}: {v}" for k, v in self.info.items())) + "<br>",
+                 table(f"folds {done}/{self.n} ({time.perf_counter() - self.t0:.1f} s)",
+                       FOLD_COLUMNS, [self.rows[k] for k in sorted(self.rows)])]
+        if getattr(self, "epochs", None):
+            parts.append(table(self._epoch_title(), EPOCH_COLUMNS, self._epoch_rows()))
+        return "".join(parts) + "</div>"
+
+
 def make_progress(mode: str = "auto"):
-    """``auto``: live dashboard when stderr is a terminal; ``plain``; ``none``."""
+    """``auto``: live dashboard when stderr is a terminal, plain lines otherwise; ``live``; ``plain``;
+    ``notebook`` (HTML updated in place); ``none``."""
     if mode == "none":
         return None
+    if mode == "notebook":
+        return NotebookProgress()
     if mode == "live" or (mode == "auto" and sys.stderr.isatty()):
         return LiveDashboard()
     return PlainProgress()
+
+
+def resolve_progress(progress):
+    """The Python API's ``progress=`` argument: a progress object, ``None`` (silent), or a mode name;
+    ``"auto"`` there means the notebook table inside a Jupyter kernel and silence elsewhere (scripts and
+    tests call the API; the CLIs choose their own)."""
+    if progress is None or not isinstance(progress, str):
+        return progress
+    if progress == "auto":
+        return NotebookProgress() if in_notebook() else None
+    if progress not in ("live", "plain", "notebook", "none"):
+        raise ValueError(f"progress must be a progress object, None or one of auto/live/plain/notebook/none, "
+                         f"got {progress!r}")
+    return make_progress(progress)

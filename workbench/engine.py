@@ -18,6 +18,7 @@ from .agent.backend import make_backend
 from .agent.fold import run_dqn_fold
 from .baselines import STRATEGIES, baseline_targets
 from .config import RunConfig, to_toml
+from .dashboard import resolve_progress
 from .data import Bars, load_bars
 from .errors import ConfigError, WorkbenchError
 from .features import build_features
@@ -52,17 +53,24 @@ class WalkForward:
     def __init__(self, config: RunConfig = RunConfig()):
         self.config = config
 
-    def run(self, bars: Bars | str | Path, progress=None, run_dir: RunDir | None = None) -> WalkForwardResult:
+    def run(self, bars: Bars | str | Path, progress="auto", run_dir: RunDir | None = None) -> WalkForwardResult:
+        """Run every fold and return the :class:`WalkForwardResult`.
+
+        Parameters
+        ----------
+        bars : Bars, or a path that :func:`workbench.data.load_bars` reads (validated on load).
+        progress : ``"auto"`` (default: a table updated in place inside a Jupyter kernel, silent
+            elsewhere), ``"notebook"``, ``"live"``, ``"plain"``, ``"none"``/``None``, or an object with the
+            dashboard interface (``workbench.dashboard``).
+        run_dir : a :class:`workbench.rundir.RunDir` to write every fold to (atomically) and resume from.
+        """
         cfg = self.config
+        progress = resolve_progress(progress)
         if cfg.strategy.name not in ALL_STRATEGIES:
             raise ConfigError(f"unknown strategy '{cfg.strategy.name}'", f"choose one of: {', '.join(ALL_STRATEGIES)}")
         agent = cfg.strategy.name == "dqn"
         backend = make_backend(cfg.device) if agent else None
-        if not isinstance(bars, Bars):
-            bars = load_bars(bars, market=cfg.data.market, naive_tz=cfg.data.naive_tz, unsorted=cfg.data.unsorted)
-        spec = bars.market if cfg.data.market == "auto" else load_market(cfg.data.market)
-        feats = build_features(bars, cfg.features)
-        folds = walk_forward_splits(bars.ts, cfg.splits, feats.max_lookback, feats.warmup)
+        bars, spec, feats, folds = self._prepare(bars)
         if run_dir is not None and run_dir.resume:
             saved = (run_dir.path / "config.toml").read_text()
             if saved != to_toml(cfg):
@@ -116,12 +124,13 @@ class WalkForward:
         result = WalkForwardResult(cfg.strategy.name, folds, results, spec, cfg.backtest.capital,
                                    str(run_dir.path) if run_dir else None)
         summary = result.metrics
-        if agent:  # the rule baselines on the same folds, for comparison
-            result.baselines = {}
-            for name in STRATEGIES:
-                sub = dataclasses.replace(cfg, strategy=dataclasses.replace(cfg.strategy, name=name))
-                base = [WalkForward(sub)._run_fold(k, folds, bars, feats, spec, {}) for k in range(len(folds))]
-                result.baselines[name] = WalkForwardResult(name, folds, base, spec, cfg.backtest.capital).metrics
+        # every other rule baseline on the same folds and costs, for comparison (and the plots' reference)
+        for name in (n for n in STRATEGIES if n != cfg.strategy.name):
+            sub = dataclasses.replace(cfg, strategy=dataclasses.replace(cfg.strategy, name=name))
+            base = [WalkForward(sub)._run_fold(k, folds, bars, feats, spec, {}) for k in range(len(folds))]
+            br = WalkForwardResult(name, folds, base, spec, cfg.backtest.capital)
+            result.baseline_results[name] = br
+            result.baselines[name] = br.metrics
         if run_dir is not None:
             run_dir.write_parquet("oos_equity.parquet", result.stitched)
             run_dir.write_json("summary.json", {"strategy": cfg.strategy.name, "market": spec.name,
@@ -131,6 +140,20 @@ class WalkForward:
         if progress:
             progress.finish(summary)
         return result
+
+    def _prepare(self, bars):
+        cfg = self.config
+        if not isinstance(bars, Bars):
+            bars = load_bars(bars, market=cfg.data.market, naive_tz=cfg.data.naive_tz, unsorted=cfg.data.unsorted)
+        spec = bars.market if cfg.data.market == "auto" else load_market(cfg.data.market)
+        feats = build_features(bars, cfg.features)
+        folds = walk_forward_splits(bars.ts, cfg.splits, feats.max_lookback, feats.warmup)
+        return bars, spec, feats, folds
+
+    def folds(self, bars: Bars | str | Path):
+        """The folds this config makes of ``bars`` (bar ranges and timestamps of train / validation / test,
+        with the purge and embargo gaps), without running anything."""
+        return self._prepare(bars)[3]
 
     def _run_fold(self, k, folds, bars, feats, spec, ranges) -> FoldResult:
         cfg = self.config

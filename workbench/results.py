@@ -29,6 +29,21 @@ class FoldResult:
     def ok(self) -> bool:
         return self.error is None
 
+    def equity_curve(self) -> pd.Series:
+        """Equity (USD) at the close of every test bar, from the starting capital."""
+        return self.bars["equity_usd"]
+
+    def epochs_frame(self) -> pd.DataFrame:
+        """The agent's epochs (one row each: phase times in ms, loss, validation Sharpe); empty for a rule."""
+        return _epochs_frame([self])
+
+    def plot(self, path=None):
+        """Test-range equity and drawdown; for the agent also per-epoch phase timing and validation
+        Sharpe with the chosen epoch. Returns a matplotlib ``Figure`` (and writes a PNG to ``path``)."""
+        from .plots import plot_fold
+
+        return plot_fold(self, path)
+
 
 @dataclass
 class WalkForwardResult:
@@ -41,6 +56,7 @@ class WalkForwardResult:
     capital: float
     run_dir: str | None = None
     baselines: dict = field(default_factory=dict)  # stitched metrics of the rule baselines on the same folds
+    baseline_results: dict = field(default_factory=dict, repr=False)  # their WalkForwardResults (equity, folds)
 
     @property
     def stitched(self) -> pd.DataFrame:
@@ -66,6 +82,36 @@ class WalkForwardResult:
         out["annualization"] = M.ANNUALIZATION_NOTE
         return out
 
+    def daily_returns(self) -> pd.Series:
+        """Stitched out-of-sample daily returns (fraction of capital per trading day), the series every
+        Sharpe here is computed from."""
+        s = self.stitched
+        return M.daily_returns(s["pnl_usd"].to_numpy(), s.index, self.market, self.capital)
+
+    def deflated_sharpe(self, n_trials: int, sr_variance: float | None = None) -> float:
+        """Deflated Sharpe (Bailey & Lopez de Prado): the probability that the stitched per-day Sharpe beats
+        the expected best of ``n_trials`` unskilled tries. ``sr_variance`` is the variance of the per-day
+        Sharpes of the tries; by default that of this result and its baselines."""
+        r = self.daily_returns().to_numpy()
+        if sr_variance is None:
+            per_day = [M.sharpe_ratio(x.daily_returns().to_numpy(), 1)
+                       for x in (self, *self.baseline_results.values())]
+            per_day = [v for v in per_day if np.isfinite(v)]
+            sr_variance = float(np.var(per_day, ddof=1)) if len(per_day) > 1 else 0.0
+        return M.deflated_sharpe(r, n_trials, sr_variance)
+
+    def epochs_frame(self) -> pd.DataFrame:
+        """Every fold's epochs: phase times (ms), loss, |Q| max, validation Sharpe; empty for a rule."""
+        return _epochs_frame(self.fold_results)
+
+    def plot(self, path=None):
+        """Stitched out-of-sample equity against buy-and-hold (and every baseline) with fold boundaries,
+        drawdown, per-fold Sharpe and, for the agent, per-epoch phase timing. Returns a matplotlib
+        ``Figure`` (and writes a PNG to ``path``)."""
+        from .plots import plot_walkforward
+
+        return plot_walkforward(self, path)
+
     def to_frame(self) -> pd.DataFrame:
         """One row per fold: its ranges and headline test metrics."""
         rows = []
@@ -74,6 +120,22 @@ class WalkForwardResult:
             row.update({k: f.metrics.get(k, np.nan) for k in HEADLINE})
             rows.append(row)
         return pd.DataFrame(rows)
+
+
+def _epochs_frame(folds) -> pd.DataFrame:
+    from .plots import PHASES, _epoch_dicts
+
+    rows = []
+    for f in folds:
+        for e in _epoch_dicts(f):
+            ms = e.get("ms", {})
+            rows.append({"fold": f.fold, "epoch": int(e["epoch"]),
+                         **{f"{p}_ms": float(ms.get(p, 0.0)) for p in PHASES}, "total_ms": float(ms.get("total", 0.0)),
+                         **{k: e[k] for k in ("updates", "loss", "grad_norm", "max_abs_q", "epsilon", "val_sharpe",
+                                              "val_pnl_usd", "guard_tripped") if k in e},
+                         **{f"per_update_{k}_ms": v for k, v in ms.get("training_breakdown_ms_per_update", {}).items()},
+                         "chosen": int(e["epoch"]) == int(f.metrics.get("best_epoch", -1))})
+    return pd.DataFrame(rows)
 
 
 # ---- display: HTML in notebooks, rich in terminals, a self-contained report ----
@@ -128,14 +190,22 @@ def _wf_rich(self: WalkForwardResult):
     return t
 
 
-def _wf_to_html(self: WalkForwardResult, path) -> str:
-    """Write a self-contained HTML report (no external files) and return its path."""
+def _wf_to_html(self: WalkForwardResult, path, plots: bool = True) -> str:
+    """Write a self-contained HTML report (tables and, with ``plots``, the figures as embedded PNGs; no
+    external files, no scripts) and return its path."""
     from pathlib import Path
+
+    from .plots import png_data_uri
+
+    def img(fig, alt):
+        return f"<img alt='{html.escape(alt)}' style='max-width:100%' src='{png_data_uri(fig)}'>" if plots else ""
 
     page = ("<!doctype html><html><head><meta charset='utf-8'><title>workbench report</title><style>"
             "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;margin:.5em 0}"
             "td,th{border:1px solid #ccc;padding:.2em .6em;text-align:right}</style></head><body>"
-            + _wf_repr_html(self) + "".join(f.__class__._repr_html_(f) for f in self.fold_results) + "</body></html>")
+            + _wf_repr_html(self) + img(self.plot(), "walk-forward figure")
+            + "".join(f.__class__._repr_html_(f) + (img(f.plot(), f"fold {f.fold} figure") if f.ok else "")
+                      for f in self.fold_results) + "</body></html>")
     p = Path(path)
     p.write_text(page)
     return str(p)

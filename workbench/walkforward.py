@@ -63,7 +63,8 @@ def _print_results(result, console: Console) -> None:
         s.add_row(k, f"{v:.6g}" if isinstance(v, float) else str(v))
     console.print(s)
     if result.baselines:
-        c = Table(title="stitched out-of-sample: agent against the rule baselines (same folds, same costs)")
+        who = "agent against the rule baselines" if result.strategy == "dqn" else f"{result.strategy} against the other rules"
+        c = Table(title=f"stitched out-of-sample: {who} (same folds, same costs)")
         names = [result.strategy, *result.baselines]
         c.add_column("metric")
         for n in names:

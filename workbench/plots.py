@@ -1,0 +1,245 @@
+"""Matplotlib figures of a walk-forward result and of one fold.
+
+Figures are built on ``matplotlib.figure.Figure`` directly, not through ``pyplot``: they render the
+same headless (CI, a report file) as in a notebook, and pyplot's global figure list never holds them,
+so a notebook cell ending in ``result.plot()`` shows the figure once (inline backends would show a
+pyplot figure at the end of the cell *and* the returned object). In an IPython kernel the PNG
+formatter for ``Figure`` is registered on first use, so the returned figure displays itself.
+
+Units: equity in USD, drawdown in percent of the running peak of equity, Sharpe annualised from daily
+returns (252 days, rf 0, as every metric in ``workbench.metrics``), phase times in milliseconds.
+"""
+from __future__ import annotations
+
+import base64
+import dataclasses
+import io
+
+import numpy as np
+import pandas as pd
+
+from .metrics import ANNUALIZATION_NOTE
+
+PHASES = ("init", "experience", "training", "validation")
+PHASE_COLOURS = {"init": "#9e9e9e", "experience": "#1f77b4", "training": "#d62728", "validation": "#2ca02c"}
+BASELINE_COLOURS = {"buy-and-hold": "#7f7f7f", "momentum": "#ff7f0e"}
+
+
+def _figure(width: float, height: float):
+    try:
+        from matplotlib.figure import Figure
+    except ImportError as exc:  # matplotlib is a dependency; a broken install should say so plainly
+        raise ImportError("plots need matplotlib: pip install matplotlib") from exc
+    _register_ipython_png()
+    return Figure(figsize=(width, height), layout="constrained")
+
+
+def _register_ipython_png() -> None:
+    """Let IPython display a bare ``Figure`` (the inline backend only registers pyplot's path)."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return
+    ip = get_ipython()
+    if ip is None:
+        return
+    from matplotlib.figure import Figure
+
+    fmt = ip.display_formatter.formatters["image/png"]
+    fmt.for_type(Figure, lambda fig: figure_png(fig, dpi=90))
+
+
+def figure_png(fig, dpi: int = 110) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi)
+    return buf.getvalue()
+
+
+def png_data_uri(fig, dpi: int = 110) -> str:
+    return "data:image/png;base64," + base64.b64encode(figure_png(fig, dpi)).decode("ascii")
+
+
+def _epoch_dicts(fold) -> list[dict]:
+    """Epoch logs as dicts: EpochLog dataclasses from a fresh run, dicts from a resumed run directory."""
+    out = []
+    for e in getattr(fold, "epochs", None) or []:
+        out.append(dataclasses.asdict(e) if dataclasses.is_dataclass(e) else dict(e))
+    return out
+
+
+def _drawdown_pct(equity: pd.Series) -> pd.Series:
+    return 100.0 * (equity / equity.cummax() - 1.0)
+
+
+def _bar_axis(ax, index: pd.DatetimeIndex) -> None:
+    """x = bar number (trading time: nights, weekends and the gaps between test ranges closed up),
+    labelled with the bar's timestamp."""
+    from matplotlib.ticker import FuncFormatter, MaxNLocator
+
+    n = len(index)
+    ax.xaxis.set_major_locator(MaxNLocator(8, integer=True))
+    ax.xaxis.set_major_formatter(FuncFormatter(
+        lambda v, _pos: index[int(v)].strftime("%Y-%m-%d\n%H:%M") if 0 <= int(v) < n else ""))
+    ax.tick_params(axis="x", labelsize=7)
+    ax.set_xlim(0, max(n - 1, 1))
+
+
+def _equity_panel(ax, series: dict[str, pd.Series], strategy: str, boundaries=()) -> None:
+    index = series[strategy].index
+    x = np.arange(len(index))
+    for name, eq in series.items():
+        main = name == strategy
+        y = eq.reindex(index).to_numpy()  # baselines run on the same test bars; reindex guards the order
+        ax.plot(x, y, lw=1.4 if main else 1.0, color=None if main else BASELINE_COLOURS.get(name),
+                ls="-" if main else "--", label=name, zorder=3 if main else 2)
+    for k, i in boundaries:
+        if i:
+            ax.axvline(i, color="#555", lw=0.7, ls=":", zorder=1)
+        ax.annotate(f"fold {k}", (i, 0.0), xycoords=("data", "axes fraction"), xytext=(3, 3),
+                    textcoords="offset points", va="bottom", fontsize=7, color="#555")
+    ax.set_ylabel("equity (USD)")
+    ax.legend(loc="best", fontsize=8)
+    ax.grid(alpha=0.3)
+    _bar_axis(ax, index)
+
+
+def _drawdown_panel(ax, series: dict[str, pd.Series], strategy: str, boundaries=()) -> None:
+    index = series[strategy].index
+    x = np.arange(len(index))
+    for name, eq in series.items():
+        dd = _drawdown_pct(eq.reindex(index)).to_numpy()
+        if name == strategy:
+            ax.fill_between(x, dd, 0.0, color="#d62728", alpha=0.35, label=name, lw=0)
+        else:
+            ax.plot(x, dd, lw=0.8, ls="--", color=BASELINE_COLOURS.get(name), label=name)
+    for _k, i in boundaries:
+        if i:
+            ax.axvline(i, color="#555", lw=0.7, ls=":", zorder=1)
+    ax.set_ylabel("drawdown (% of peak)")
+    ax.set_xlabel("out-of-sample bar (trading time; labels are bar timestamps)", fontsize=8)
+    ax.legend(loc="lower left", fontsize=8)
+    ax.grid(alpha=0.3)
+    _bar_axis(ax, index)
+
+
+def _timing_panel(ax, folds: list, title: str, label_folds: bool = True) -> bool:
+    """Stacked per-epoch phase times (ms), epochs of every fold side by side. False if nothing trained."""
+    rows = [(f.fold, e) for f in folds for e in _epoch_dicts(f)]
+    if not rows:
+        return False
+    x = np.arange(len(rows))
+    bottom = np.zeros(len(rows))
+    for phase in PHASES:
+        h = np.array([float(e.get("ms", {}).get(phase, 0.0)) for _, e in rows])
+        if not h.any():
+            continue
+        ax.bar(x, h, bottom=bottom, width=0.85, color=PHASE_COLOURS[phase], label=phase)
+        bottom += h
+    ax.set_ylim(0, max(bottom.max(), 1e-9) * 1.35)  # headroom for the legends above the bars
+    labels = [str(int(e["epoch"]) + 1) for _, e in rows]
+    ax.set_xticks(x, labels, fontsize=6 if len(rows) > 30 else 8)
+    first = {}
+    for i, (k, _) in enumerate(rows):
+        first.setdefault(k, i)
+    for k, i in first.items():
+        if i:
+            ax.axvline(i - 0.5, color="#555", lw=0.7, ls=":")
+        if label_folds:
+            ax.annotate(f"fold {k}", (i - 0.4, 1.0), xycoords=("data", "axes fraction"), xytext=(0, -2),
+                        textcoords="offset points", va="top", fontsize=7, color="#555")
+    ax.set_xlabel("epoch (within its fold)")
+    ax.set_ylabel("phase time (ms)")
+    ax.set_title(title, fontsize=9)
+    ax.legend(loc="upper right", fontsize=8, ncols=len(PHASES))
+    ax.grid(alpha=0.3, axis="y")
+    return True
+
+
+def plot_walkforward(result, path=None, dpi: int = 110):
+    """Stitched out-of-sample equity against the baselines with fold boundaries, drawdown, per-fold Sharpe
+    and, for the agent, per-epoch phase timing. Returns the ``Figure``; writes a PNG too when ``path``."""
+    ok = [f for f in result.fold_results if f.ok]
+    trained = any(_epoch_dicts(f) for f in ok)
+    fig = _figure(11, 11.5 if trained else 8.5)
+    axes = fig.subplots(4 if trained else 3, 1, height_ratios=[3, 1.4, 1.6, 2][: 4 if trained else 3])
+    series = {result.strategy: result.equity_curve()}
+    for name, br in getattr(result, "baseline_results", {}).items():
+        series[name] = br.equity_curve()
+    strat = result.stitched
+    fold_of_bar = strat["fold"].to_numpy()
+    bounds = [(int(k), int(np.argmax(fold_of_bar == k))) for k in pd.unique(fold_of_bar)]
+    if len(strat):
+        _equity_panel(axes[0], series, result.strategy, bounds)
+        _drawdown_panel(axes[1], series, result.strategy, bounds)
+    else:
+        axes[0].text(0.5, 0.5, "no fold finished", ha="center", va="center", transform=axes[0].transAxes)
+    axes[0].set_title(f"walk-forward {result.strategy} ({result.market.name}): stitched out-of-sample test ranges, "
+                      f"starting capital {result.capital:,.0f} USD, costs included", fontsize=10)
+
+    # per-fold Sharpe: the strategy and each baseline, grouped by fold; failed folds marked
+    ax = axes[2]
+    names = list(series)
+    folds = [f.fold for f in result.fold_results]
+    width = 0.8 / len(names)
+    for j, name in enumerate(names):
+        src = result.fold_results if name == result.strategy else result.baseline_results[name].fold_results
+        by_fold = {f.fold: (f.metrics.get("sharpe", np.nan) if f.ok else np.nan) for f in src}
+        vals = np.array([by_fold.get(k, np.nan) for k in folds], dtype=float)
+        bars = ax.bar(np.arange(len(folds)) + (j - (len(names) - 1) / 2) * width, np.nan_to_num(vals), width,
+                      label=name, color=None if name == result.strategy else BASELINE_COLOURS.get(name))
+        ax.bar_label(bars, labels=["" if not np.isfinite(v) else f"{v:.1f}" for v in vals], fontsize=7, padding=1)
+    for i, f in enumerate(result.fold_results):
+        if not f.ok:
+            ax.annotate("failed", (i, 0), ha="center", va="bottom", fontsize=8, color="#d62728")
+    ax.axhline(0, color="black", lw=0.6)
+    ax.set_xticks(np.arange(len(folds)), [f"fold {k}" for k in folds])
+    ax.set_ylabel("Sharpe (annualised)")
+    ax.set_title(f"test-range Sharpe per fold ({ANNUALIZATION_NOTE})", fontsize=9)
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3, axis="y")
+    if trained:
+        _timing_panel(axes[3], ok, "phase times per epoch (ms; on the GPU from device events); init = the "
+                                   "fold's one-time upload, allocation and graph capture")
+    if path is not None:
+        fig.savefig(path, dpi=dpi)
+    return fig
+
+
+def plot_fold(fold, path=None, dpi: int = 110):
+    """One fold's test-range equity and drawdown and, for the agent, per-epoch phase timing with the
+    validation Sharpe that chose the epoch. Returns the ``Figure``; writes a PNG too when ``path``."""
+    epochs = _epoch_dicts(fold)
+    fig = _figure(10, 8.5 if epochs else 5.5)
+    axes = fig.subplots(3 if epochs else 2, 1, height_ratios=[3, 1.4, 2][: 3 if epochs else 2])
+    if not fold.ok:
+        axes[0].text(0.5, 0.5, f"fold {fold.fold} failed:\n{fold.error}", ha="center", va="center",
+                     wrap=True, transform=axes[0].transAxes)
+        return fig
+    eq = {fold.strategy: fold.bars["equity_usd"]}
+    _equity_panel(axes[0], eq, fold.strategy)
+    _drawdown_panel(axes[1], eq, fold.strategy)
+    m = fold.metrics
+    axes[0].set_title(f"fold {fold.fold} {fold.strategy}: test range {fold.ranges.get('test', '')}; "
+                      f"net {m.get('net_pnl_usd', np.nan):,.0f} USD, Sharpe {m.get('sharpe', np.nan):.2f} "
+                      "(annualised daily)", fontsize=10)
+    if epochs:
+        ax = axes[2]
+        _timing_panel(ax, [fold], "phase times per epoch (ms) and the validation Sharpe that chose the epoch",
+                      label_folds=False)
+        tw = ax.twinx()
+        vs = np.array([e["val_sharpe"] for e in epochs], dtype=float)
+        tw.plot(np.arange(len(vs)), vs, "ko-", ms=3, lw=1, label="validation Sharpe")
+        best = m.get("best_epoch")
+        if best is not None and np.isfinite(best) and 0 <= int(best) < len(vs):
+            tw.plot([int(best)], [vs[int(best)]], marker="*", ms=12, color="gold", mec="black", ls="",
+                    label="chosen epoch")
+        fin = vs[np.isfinite(vs)]
+        if len(fin):
+            lo, hi = float(fin.min()), float(fin.max())
+            span = max(hi - lo, 1e-6)
+            tw.set_ylim(lo - 0.1 * span, hi + 0.5 * span)
+        tw.set_ylabel("validation Sharpe (annualised)")
+        tw.legend(loc="upper left", fontsize=8)
+    if path is not None:
+        fig.savefig(path, dpi=dpi)
+    return fig
