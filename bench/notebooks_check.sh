@@ -6,10 +6,11 @@
 set -uo pipefail
 OUT=${OUT:-nb_out}
 mkdir -p "$OUT/png"
+OUT=$(cd "$OUT" && pwd)
 export JUPYTER_RUNTIME_DIR=/tmp/jupyter-runtime IPYTHONDIR=/tmp/ipython MPLCONFIGDIR=/tmp/mpl
 rc=0
 python3 -m pytest -q -p no:cacheprovider tests/test_notebooks.py tests/test_results_display.py || rc=1
-python3 notebooks/run_notebooks.py --set 'DEVICE="gpu"' --set "REPORT=\"$PWD/$OUT/quickstart_report.html\"" \
+python3 notebooks/run_notebooks.py --set 'DEVICE="gpu"' --set "REPORT=\"$OUT/quickstart_report.html\"" \
   --out "$OUT" notebooks/quickstart.ipynb || rc=1
 python3 notebooks/run_notebooks.py --set 'DEVICE="gpu"' --out "$OUT" notebooks/walkforward_analysis.ipynb || rc=1
 python3 - "$OUT" <<'PY' || rc=1
