@@ -12,6 +12,14 @@ from numba import float32, float64, int32, int64, uint32, uint64, int8, boolean,
 
 SIMULATOR = os.environ.get("NUMBA_ENABLE_CUDASIM", "0") == "1"
 
+# Small grids are deliberate here (the guard, the one-block norm tree, per-row heads at batch size):
+# Numba's low-occupancy warning would fire on every first launch and bury a notebook's output.
+# NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS=1 in the environment brings it back.
+if "NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS" not in os.environ:
+    from numba import config as _numba_config
+
+    _numba_config.CUDA_LOW_OCCUPANCY_WARNINGS = 0
+
 
 def gpu_available() -> bool:
     """True when a real CUDA device can be used (never under the simulator)."""

@@ -122,35 +122,48 @@ def _drawdown_panel(ax, series: dict[str, pd.Series], strategy: str, boundaries=
     _bar_axis(ax, index)
 
 
-def _timing_panel(ax, folds: list, title: str, label_folds: bool = True) -> bool:
-    """Stacked per-epoch phase times (ms), epochs of every fold side by side. False if nothing trained."""
+def _ms_text(ms: float) -> str:
+    return f"{ms / 1000:.1f} s" if ms >= 1000 else f"{ms:.0f} ms"
+
+
+def _timing_panel(ax, folds: list, title: str) -> bool:
+    """Stacked per-epoch phase times (ms), epochs of every fold side by side. False if nothing trained.
+
+    ``init`` is once per fold (upload, allocation, kernel compilation and graph capture), so it is written
+    above the fold's first epoch rather than stacked: it would dwarf the epochs. Epochs far above the
+    median (a first epoch that compiled kernels) are clipped and labelled with their total."""
     rows = [(f.fold, e) for f in folds for e in _epoch_dicts(f)]
     if not rows:
         return False
     x = np.arange(len(rows))
     bottom = np.zeros(len(rows))
-    for phase in PHASES:
+    for phase in PHASES[1:]:
         h = np.array([float(e.get("ms", {}).get(phase, 0.0)) for _, e in rows])
-        if not h.any():
-            continue
         ax.bar(x, h, bottom=bottom, width=0.85, color=PHASE_COLOURS[phase], label=phase)
         bottom += h
-    ax.set_ylim(0, max(bottom.max(), 1e-9) * 1.35)  # headroom for the legends above the bars
-    labels = [str(int(e["epoch"]) + 1) for _, e in rows]
-    ax.set_xticks(x, labels, fontsize=6 if len(rows) > 30 else 8)
-    first = {}
-    for i, (k, _) in enumerate(rows):
+    med = float(np.median(bottom)) if bottom.any() else 1.0
+    cap = float(bottom.max()) if bottom.max() <= 4 * med else 4 * med
+    ax.set_ylim(0, max(cap, 1e-9) * 1.45)  # headroom for the legend and the init labels
+    for i in np.flatnonzero(bottom > cap):
+        ax.annotate(f"{_ms_text(bottom[i])} (clipped)", (i, cap), xytext=(0, 2), textcoords="offset points",
+                    ha="center", va="bottom", fontsize=7)
+    labels, first = [], {}
+    for i, (k, e) in enumerate(rows):
+        new_fold = k not in first
         first.setdefault(k, i)
-    for k, i in first.items():
-        if i:
-            ax.axvline(i - 0.5, color="#555", lw=0.7, ls=":")
-        if label_folds:
-            ax.annotate(f"fold {k}", (i - 0.4, 1.0), xycoords=("data", "axes fraction"), xytext=(0, -2),
-                        textcoords="offset points", va="top", fontsize=7, color="#555")
+        labels.append(f"{int(e['epoch']) + 1}" + (f"\nfold {k}" if new_fold else ""))
+        if new_fold:
+            if i:
+                ax.axvline(i - 0.5, color="#555", lw=0.7, ls=":")
+            init = float(e.get("ms", {}).get("init", 0.0))
+            y = min(bottom[i], cap)
+            ax.annotate(f"init\n{_ms_text(init)}", (i, y), xytext=(0, 12 if bottom[i] > cap else 2),
+                        textcoords="offset points", ha="center", va="bottom", fontsize=7, color="#555")
+    ax.set_xticks(x, labels, fontsize=6 if len(rows) > 30 else 8)
     ax.set_xlabel("epoch (within its fold)")
     ax.set_ylabel("phase time (ms)")
     ax.set_title(title, fontsize=9)
-    ax.legend(loc="upper right", fontsize=8, ncols=len(PHASES))
+    ax.legend(loc="upper right", fontsize=8, ncols=3)
     ax.grid(alpha=0.3, axis="y")
     return True
 
@@ -199,7 +212,7 @@ def plot_walkforward(result, path=None, dpi: int = 110):
     ax.grid(alpha=0.3, axis="y")
     if trained:
         _timing_panel(axes[3], ok, "phase times per epoch (ms; on the GPU from device events); init = the "
-                                   "fold's one-time upload, allocation and graph capture")
+                                   "fold's one-time upload, allocation, compilation and graph capture")
     if path is not None:
         fig.savefig(path, dpi=dpi)
     return fig
@@ -224,8 +237,7 @@ def plot_fold(fold, path=None, dpi: int = 110):
                       "(annualised daily)", fontsize=10)
     if epochs:
         ax = axes[2]
-        _timing_panel(ax, [fold], "phase times per epoch (ms) and the validation Sharpe that chose the epoch",
-                      label_folds=False)
+        _timing_panel(ax, [fold], "phase times per epoch (ms) and the validation Sharpe that chose the epoch")
         tw = ax.twinx()
         vs = np.array([e["val_sharpe"] for e in epochs], dtype=float)
         tw.plot(np.arange(len(vs)), vs, "ko-", ms=3, lw=1, label="validation Sharpe")
