@@ -9,6 +9,21 @@ import traceback
 from .errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_USAGE, WorkbenchError
 
 
+def add_executor_args(p: argparse.ArgumentParser) -> None:
+    """``--workers N`` / ``--scheduler ADDRESS``, the same on every CLI that runs independent jobs."""
+    p.add_argument("--workers", type=int, default=1, metavar="N",
+                   help="run the jobs in N spawned processes on this host, one per GPU (default 1: in process)")
+    p.add_argument("--scheduler", metavar="ADDRESS",
+                   help="run the jobs on a Dask distributed cluster (e.g. tcp://host:8786), one GPU per job; "
+                        "'local' starts one on this host (one worker per GPU, or --workers N)")
+
+
+def executor_from_args(args, device: str):
+    from .executor import make_executor
+
+    return make_executor(args.workers, args.scheduler, device)
+
+
 class Parser(argparse.ArgumentParser):
     def error(self, message: str):  # one line, exit 2
         print(f"workbench: error: {message}: see --help", file=sys.stderr)

@@ -49,6 +49,15 @@ def check(result, call: str):
     return None
 
 
+def device_count() -> int:
+    """CUDA devices the driver sees (after ``CUDA_VISIBLE_DEVICES``); 0 under the simulator."""
+    if SIMULATOR:
+        return 0
+    drv = _drv()
+    check(drv.cuInit(0), "cuInit")
+    return int(check(drv.cuDeviceGetCount(), "cuDeviceGetCount"))
+
+
 def device_pointer(arr) -> int:
     return int(arr.__cuda_array_interface__["data"][0])
 

@@ -21,6 +21,7 @@ from .config import RunConfig, to_toml
 from .dashboard import resolve_progress
 from .data import Bars, load_bars
 from .errors import ConfigError, WorkbenchError
+from .executor import InlineExecutor, WorkerLost, resolve
 from .features import build_features
 from .markets import load_market
 from .results import FoldResult, WalkForwardResult
@@ -43,6 +44,48 @@ def _error_chain(exc: BaseException) -> str:
     return " <- ".join(parts)
 
 
+def _failed(cfg, bars, k: int, ranges: dict, exc: BaseException, tb: str = "") -> FoldResult:
+    res = FoldResult(k, cfg.strategy.name, bars.frame.iloc[:0], bars.frame.iloc[:0], {}, ranges, error=_error_chain(exc))
+    res.traceback = tb
+    return res
+
+
+def fold_result(cfg, k: int, folds, bars, feats, spec, backend, ranges: dict, on_epoch=None) -> FoldResult:
+    """One fold's test-range result; a fold that fails is returned with its error chain, not raised."""
+    try:
+        if cfg.strategy.name == "dqn":
+            return run_dqn_fold(k, folds, bars, feats, cfg, backend, spec, ranges, on_epoch)
+        return WalkForward(cfg)._run_fold(k, folds, bars, feats, spec, ranges)
+    except (WorkbenchError, ValueError, ArithmeticError, IndexError) as exc:
+        return _failed(cfg, bars, k, ranges, exc, traceback.format_exc())
+
+
+_WORKER_CACHE: dict = {}
+
+
+def worker_context(cfg: RunConfig, bars):
+    """In a worker process: (bars, spec, features, folds, backend) for ``cfg``, built once per process
+    and config and reused by every job it runs. ``bars`` may be a :class:`workbench.executor.Shared`."""
+    bars = resolve(bars)
+    key = (id(bars), repr(cfg.data), repr(cfg.features), repr(cfg.splits))
+    if _WORKER_CACHE.get("prep_key") != key:
+        _WORKER_CACHE["prep_key"], _WORKER_CACHE["prep"] = key, WalkForward(cfg)._prepare(bars)
+        _WORKER_CACHE["bars"] = bars  # keeps id(bars) from being reused while cached
+    backend = None
+    if cfg.strategy.name == "dqn":
+        if _WORKER_CACHE.get("device") != cfg.device:
+            _WORKER_CACHE["device"], _WORKER_CACHE["backend"] = cfg.device, make_backend(cfg.device)
+        backend = _WORKER_CACHE["backend"]
+    return (*_WORKER_CACHE["prep"], backend)
+
+
+def run_fold_job(cfg: RunConfig, bars, k: int) -> FoldResult:
+    """Fold ``k`` in a worker process (see :mod:`workbench.executor`)."""
+    bars, spec, feats, folds, backend = worker_context(cfg, bars)
+    ranges = {p: _range_text(folds, k, p) for p in ("train", "val", "test")}
+    return fold_result(cfg, k, folds, bars, feats, spec, backend, ranges)
+
+
 class WalkForward:
     """Walk-forward evaluation of one strategy under one :class:`~workbench.config.RunConfig`.
 
@@ -53,7 +96,8 @@ class WalkForward:
     def __init__(self, config: RunConfig = RunConfig()):
         self.config = config
 
-    def run(self, bars: Bars | str | Path, progress="auto", run_dir: RunDir | None = None) -> WalkForwardResult:
+    def run(self, bars: Bars | str | Path, progress="auto", run_dir: RunDir | None = None,
+            executor=None) -> WalkForwardResult:
         """Run every fold and return the :class:`WalkForwardResult`.
 
         Parameters
@@ -63,13 +107,18 @@ class WalkForward:
             elsewhere), ``"notebook"``, ``"live"``, ``"plain"``, ``"none"``/``None``, or an object with the
             dashboard interface (``workbench.dashboard``).
         run_dir : a :class:`workbench.rundir.RunDir` to write every fold to (atomically) and resume from.
+        executor : where the folds run (``workbench.executor``): in this process (default), one spawned
+            process per GPU, or a Dask cluster. Each finished fold is written as it arrives; the result is
+            the same whichever worker ran which fold.
         """
         cfg = self.config
         progress = resolve_progress(progress)
+        executor = executor or InlineExecutor()
         if cfg.strategy.name not in ALL_STRATEGIES:
             raise ConfigError(f"unknown strategy '{cfg.strategy.name}'", f"choose one of: {', '.join(ALL_STRATEGIES)}")
         agent = cfg.strategy.name == "dqn"
-        backend = make_backend(cfg.device) if agent else None
+        here = executor.live_progress  # folds run in this process (else in workers, which build their own)
+        backend = make_backend(cfg.device) if agent and here else None
         bars, spec, feats, folds = self._prepare(bars)
         if run_dir is not None and run_dir.resume:
             saved = (run_dir.path / "config.toml").read_text()
@@ -81,46 +130,50 @@ class WalkForward:
             run_dir.write_json("data_report.json", bars.report.to_dict())
             run_dir.write_parquet("folds.parquet", folds)
             run_dir.write_json("folds.json", folds.to_dict(orient="records"))
+        where = backend.describe() if backend is not None else executor.describe() if agent and not here else None
         if progress:
             info = {"data": Path(bars.source).name if bars.source else "bars", "market": spec.name,
                     "strategy": cfg.strategy.name, "bars": len(bars)}
-            if backend is not None:
-                info["backend"] = backend.describe()
+            if where:
+                info["backend"] = where
             progress.start(len(folds), info)
-        results = []
+        ranges = {k: {p: _range_text(folds, k, p) for p in ("train", "val", "test")} for k in range(len(folds))}
+        by_fold: dict[int, FoldResult] = {}
+        todo = []
         for k in range(len(folds)):
-            ranges = {p: _range_text(folds, k, p) for p in ("train", "val", "test")}
-            if progress:
-                progress.fold_started(k, ranges)
-            t0 = time.perf_counter()
             done = run_dir.finished_fold(k) if run_dir is not None and run_dir.resume else None
-            if done is not None:  # finished by an earlier run: kept as it is
-                results.append(done)
-                if progress:
-                    progress.fold_finished(done, time.perf_counter() - t0)
+            if done is None:
+                todo.append(k)
                 continue
-            try:
-                if agent:
-                    on_epoch = (lambda log, k=k: progress.epoch(k, log, cfg.training.epochs)) if progress else None
-                    res = run_dqn_fold(k, folds, bars, feats, cfg, backend, spec, ranges, on_epoch)
-                else:
-                    res = self._run_fold(k, folds, bars, feats, spec, ranges)
-            except (WorkbenchError, ValueError, ArithmeticError, IndexError) as exc:
-                res = FoldResult(k, cfg.strategy.name, bars.frame.iloc[:0], bars.frame.iloc[:0], {}, ranges,
-                                 error=_error_chain(exc))
-                res.traceback = traceback.format_exc()
-            results.append(res)
-            if run_dir is not None and res.ok:
-                extra = {"ranges": ranges, "strategy": res.strategy}
-                files = {}
-                if agent:
-                    files = {"epochs.json": [dataclasses.asdict(e) for e in res.epochs], "weights.npy": res.params}
-                run_dir.write_fold(k, res.metrics, res.trades, res.bars, extra, files)
-            elif run_dir is not None:
-                run_dir.write_json(f"fold_{k:03d}_error.json", {"fold": k, "error": res.error,
-                                                                "traceback": getattr(res, "traceback", "")})
+            by_fold[k] = done  # finished by an earlier run: kept as it is
             if progress:
-                progress.fold_finished(res, time.perf_counter() - t0)
+                progress.fold_started(k, ranges[k])
+                progress.fold_finished(done, 0.0)
+        started: dict[int, float] = {}
+
+        def on_start(i: int) -> None:
+            started[todo[i]] = time.perf_counter()
+            if progress:
+                progress.fold_started(todo[i], ranges[todo[i]])
+
+        if here:
+            def job(k):
+                on_epoch = ((lambda log: progress.epoch(k, log, cfg.training.epochs))
+                            if progress and agent else None)
+                return fold_result(cfg, k, folds, bars, feats, spec, backend, ranges[k], on_epoch)
+            fn, jobs = job, [(k,) for k in todo]
+        else:
+            shared = executor.share(bars)
+            fn, jobs = run_fold_job, [(cfg, shared, k) for k in todo]
+        for i, res in executor.imap_unordered(fn, jobs, on_start=on_start):
+            k = todo[i]
+            if isinstance(res, WorkerLost):
+                res = _failed(cfg, bars, k, ranges[k], res)
+            by_fold[k] = res
+            self._record(run_dir, res, ranges[k], agent)
+            if progress:
+                progress.fold_finished(res, time.perf_counter() - started.get(k, time.perf_counter()))
+        results = [by_fold[k] for k in range(len(folds))]
         result = WalkForwardResult(cfg.strategy.name, folds, results, spec, cfg.backtest.capital,
                                    str(run_dir.path) if run_dir else None)
         summary = result.metrics
@@ -134,12 +187,29 @@ class WalkForward:
         if run_dir is not None:
             run_dir.write_parquet("oos_equity.parquet", result.stitched)
             run_dir.write_json("summary.json", {"strategy": cfg.strategy.name, "market": spec.name,
-                                                "backend": backend.describe() if backend else "host",
+                                                "backend": where or "host",
+                                                "fold_backends": sorted({str(f.metrics.get("backend", "host"))
+                                                                         for f in results if f.ok}),
                                                 "stitched_oos": summary, "baselines": result.baselines,
                                                 "folds": result.to_frame().to_dict(orient="records")})
         if progress:
             progress.finish(summary)
         return result
+
+    @staticmethod
+    def _record(run_dir, res: FoldResult, ranges: dict, agent: bool) -> None:
+        if run_dir is None:
+            return
+        k = res.fold
+        if res.ok:
+            extra = {"ranges": ranges, "strategy": res.strategy}
+            files = {}
+            if agent:
+                files = {"epochs.json": [dataclasses.asdict(e) for e in res.epochs], "weights.npy": res.params}
+            run_dir.write_fold(k, res.metrics, res.trades, res.bars, extra, files)
+        else:
+            run_dir.write_json(f"fold_{k:03d}_error.json", {"fold": k, "error": res.error,
+                                                            "traceback": getattr(res, "traceback", "")})
 
     def _prepare(self, bars):
         cfg = self.config

@@ -18,7 +18,7 @@ from rich.table import Table
 from .config import describe, load_config
 from .dashboard import make_progress
 from .engine import ALL_STRATEGIES, WalkForward
-from .cli import Parser, run_guarded
+from .cli import Parser, add_executor_args, executor_from_args, run_guarded
 from .errors import UsageError
 from .rundir import RunDir, dumps
 
@@ -40,6 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="continue an interrupted run: finished folds are kept, the rest run (same config)")
     p.add_argument("--progress", choices=("auto", "live", "plain", "none"), default="auto",
                    help="progress on stderr: live dashboard, plain lines, or nothing (default auto)")
+    add_executor_args(p)
     p.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
     p.add_argument("--help-config", action="store_true", help="list every config key with its default and exit")
     p.add_argument("--debug", action="store_true", help="print tracebacks of internal errors")
@@ -95,7 +96,12 @@ def run(args: argparse.Namespace) -> int:
     else:
         out = args.out or f"runs/{dt.datetime.now():%Y%m%d-%H%M%S}-{cfg.strategy.name}"
         run_dir = RunDir(out, force=args.force)
-    result = WalkForward(cfg).run(args.data, progress=make_progress(args.progress), run_dir=run_dir)
+    executor = executor_from_args(args, cfg.device)
+    try:
+        result = WalkForward(cfg).run(args.data, progress=make_progress(args.progress), run_dir=run_dir,
+                                      executor=executor)
+    finally:
+        executor.close()
     if args.json:
         print(dumps({"run_dir": str(run_dir.path), "strategy": result.strategy, "stitched_oos": result.metrics,
                      "folds": result.to_frame().to_dict(orient="records")}))

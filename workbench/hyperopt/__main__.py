@@ -24,7 +24,7 @@ from rich.table import Table
 from .. import metrics as M
 from ..config import load_config, to_toml
 from ..data import load_bars
-from ..cli import Parser, run_guarded
+from ..cli import Parser, add_executor_args, executor_from_args, run_guarded
 from ..engine import WalkForward
 from ..errors import UsageError
 from ..rundir import RunDir
@@ -73,6 +73,7 @@ def build_parser():
     p.add_argument("--resume", metavar="DIR", help="continue a search from its trial log")
     p.add_argument("--no-test", action="store_true", help="skip the final out-of-sample run of the best configuration")
     p.add_argument("--progress", choices=("auto", "live", "plain"), default="auto")
+    add_executor_args(p)
     p.add_argument("--debug", action="store_true", help="print tracebacks of internal errors")
     return p
 
@@ -97,8 +98,16 @@ def run(args) -> int:
         run_dir.write_text("bounds.toml", profile.path.read_text())
     bars = load_bars(args.data, market=base.data.market, naive_tz=base.data.naive_tz, unsorted=base.data.unsorted)
     live = args.progress == "live" or (args.progress == "auto" and sys.stderr.isatty())
+    executor = executor_from_args(args, base.device)
+    try:
+        return _search(args, base, profile, bars, out, run_dir, live, executor)
+    finally:
+        executor.close()
+
+
+def _search(args, base, profile, bars, out, run_dir, live, executor) -> int:
     progress = TrialProgress(args.trials, live)
-    search = Search(base, profile, bars, out, progress)
+    search = Search(base, profile, bars, out, progress, executor)
     kept = search.resume() if args.resume else 0
     if kept:
         print(f"workbench: resumed {out} with {kept} finished trials", file=sys.stderr)
@@ -114,7 +123,7 @@ def run(args) -> int:
                "best_values": best_values, "scored_folds": list(search.score_folds),
                "annualization": M.ANNUALIZATION_NOTE}
     if not args.no_test:
-        res = WalkForward(best_cfg).run(bars)
+        res = WalkForward(best_cfg).run(bars, progress=None, executor=executor)
         s = res.stitched
         r = M.daily_returns(s["pnl_usd"].to_numpy(), s.index, res.market, res.capital).to_numpy()
         per_day = log["mean_val_sharpe"].to_numpy(dtype=float) / math.sqrt(M.ANNUALIZATION)

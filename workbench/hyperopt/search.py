@@ -8,6 +8,11 @@ Trial log (``RUN/trials.parquet``, rewritten atomically after every trial): tria
 particle, the unit-cube coordinates (``u_*``), the decoded values, each fold's validation Sharpe,
 the mean, seconds and status. A resumed search replays the completed iterations' scores into a
 swarm built from the same seed and checks that it proposes the logged positions again.
+
+The particles of one iteration are independent jobs: with an executor (``--workers`` /
+``--scheduler``, :mod:`workbench.executor`) they train side by side, each logged as it finishes
+(the log is kept in trial order), and the swarm moves once the whole iteration is in. A trial's
+seeds come from the config and the fold, so the scores do not depend on where it ran.
 """
 from __future__ import annotations
 
@@ -42,9 +47,34 @@ def candidate_config(base: RunConfig, values: dict) -> RunConfig:
                                gpu=dataclasses.replace(base.gpu, **g))
 
 
+def evaluate_candidate(base: RunConfig, values: dict, bars, score_folds, backend=None, prep=None):
+    """(validation Sharpe per scored fold, status) of one candidate; runs in whichever process holds the job."""
+    try:
+        cfg = candidate_config(base, values)
+    except ConfigError as exc:
+        return [float("nan")] * len(score_folds), f"invalid: {exc.message}"
+    if prep is None:  # a worker process: features, folds and backend cached per process
+        from ..engine import worker_context
+
+        bars, _spec, feats, folds, backend = worker_context(base, bars)
+    else:
+        feats, folds = prep
+    sharpes = []
+    for k in score_folds:
+        w = make_window(bars, feats, folds.loc[k].to_dict())
+        trainer = backend.trainer(cfg.training, bars.market, cfg.backtest.capital, seed=cfg.seed * 1000 + k,
+                                  overrides=cfg.gpu)
+        res = trainer.train_fold(w, test=False)
+        sharpes.append(res.best_val_sharpe)
+    return sharpes, "ok"
+
+
 class Search:
-    def __init__(self, base: RunConfig, profile: HyperoptProfile, bars, run_dir: Path, progress=None):
+    def __init__(self, base: RunConfig, profile: HyperoptProfile, bars, run_dir: Path, progress=None, executor=None):
+        from ..executor import InlineExecutor
+
         self.base, self.profile, self.bars, self.dir, self.progress = base, profile, bars, Path(run_dir), progress
+        self.executor = executor or InlineExecutor()
         self.feats = build_features(bars, base.features)
         self.folds = walk_forward_splits(bars.ts, base.splits, self.feats.max_lookback, self.feats.warmup)
         chosen = profile.swarm.folds or tuple(range(len(self.folds)))
@@ -52,7 +82,7 @@ class Search:
         if bad:
             raise ConfigError(f"swarm.folds names folds {bad} but the data has {len(self.folds)}")
         self.score_folds = chosen
-        self.backend = make_backend(base.device)
+        self.backend = make_backend(base.device) if self.executor.live_progress else None
         s = profile.swarm
         self.pso = ParticleSwarm(len(profile.names), s.particles, s.inertia, s.cognitive, s.social, s.seed, s.boundary)
         self.log_path = self.dir / "trials.parquet"
@@ -76,61 +106,62 @@ class Search:
                                   "(different seed or swarm settings?)")
             self.pso.tell(block["mean_val_sharpe"].to_numpy(dtype=np.float64))
         partial = log.iloc[complete * P:]  # finished trials of an unfinished iteration are kept too
-        if len(partial) and not np.allclose(partial[ucols].to_numpy(), self.pso.ask()[:len(partial)], atol=1e-12):
+        if len(partial) and not np.allclose(partial[ucols].to_numpy(),
+                                            self.pso.ask()[partial["particle"].to_numpy(dtype=int)], atol=1e-12):
             raise ConfigError(f"cannot resume {self.log_path}: iteration {complete} does not replay")
         self.rows = log.to_dict(orient="records")
         return len(self.rows)
 
     # ---- evaluation ----
     def evaluate(self, values: dict) -> tuple[list[float], str]:
-        try:
-            cfg = candidate_config(self.base, values)
-        except ConfigError as exc:
-            return [float("nan")] * len(self.score_folds), f"invalid: {exc.message}"
-        sharpes = []
-        for k in self.score_folds:
-            w = make_window(self.bars, self.feats, self.folds.loc[k].to_dict())
-            trainer = self.backend.trainer(cfg.training, self.bars.market, cfg.backtest.capital, seed=cfg.seed * 1000 + k,
-                                           overrides=cfg.gpu)
-            res = trainer.train_fold(w, test=False)
-            sharpes.append(res.best_val_sharpe)
-        return sharpes, "ok"
+        """One candidate in this process."""
+        return evaluate_candidate(self.base, values, self.bars, self.score_folds, self.backend,
+                                  (self.feats, self.folds))
 
     def _write_log(self) -> None:
         tmp = self.log_path.with_name(".trials.parquet.tmp")
-        pd.DataFrame(self.rows).to_parquet(tmp)
+        pd.DataFrame(sorted(self.rows, key=lambda r: r["trial"])).to_parquet(tmp)
         os.replace(tmp, self.log_path)
 
     def run(self, trials: int) -> pd.DataFrame:
         names, P = self.profile.names, self.profile.swarm.particles
+        ex = self.executor
+        shared = None if ex.live_progress else ex.share(self.bars)
         while len(self.rows) < trials:
             it = len(self.rows) // P
             positions = self.pso.ask()
-            first = len(self.rows) % P  # a partly logged iteration continues where it stopped
-            for p in range(first, P):
-                if len(self.rows) >= trials:
-                    break
-                values = self.profile.decode(positions[p])
-                t0 = time.perf_counter()
-                sharpes, status = self.evaluate(values)
+            done = {r["particle"] for r in self.rows if r["iteration"] == it}
+            todo = [p for p in range(P) if p not in done][: trials - len(self.rows)]
+            values = {p: self.profile.decode(positions[p]) for p in todo}
+            if ex.live_progress:
+                fn, jobs = (lambda v: self.evaluate(v)), [(values[p],) for p in todo]
+            else:
+                fn, jobs = evaluate_candidate, [(self.base, values[p], shared, self.score_folds) for p in todo]
+            t0: dict[int, float] = {}
+            for i, out in ex.imap_unordered(fn, jobs, on_start=lambda i: t0.__setitem__(i, time.perf_counter())):
+                p = todo[i]
+                sharpes, status = out if isinstance(out, tuple) else ([float("nan")] * len(self.score_folds),
+                                                                      f"failed: {out}")
                 fin = [s for s in sharpes if np.isfinite(s)]
-                row = {"trial": len(self.rows), "iteration": it, "particle": p,
+                row = {"trial": it * P + p, "iteration": it, "particle": p,
                        **{f"u_{n}": float(u) for n, u in zip(names, positions[p])},
-                       **{f"p_{n}": v for n, v in values.items()},
+                       **{f"p_{n}": v for n, v in values[p].items()},
                        "val_sharpes": json.dumps(sharpes), "mean_val_sharpe": float(np.mean(fin)) if len(fin) == len(sharpes) else float("nan"),
-                       "seconds": time.perf_counter() - t0, "status": status}
+                       "seconds": time.perf_counter() - t0.get(i, time.perf_counter()), "status": status}
                 self.rows.append(row)
                 self._write_log()
                 if self.progress:
                     self.progress.trial(row, self.best_row())
-            if len(self.rows) % P == 0:
-                block = self.rows[-P:]
+            block = [r for r in self.rows if r["iteration"] == it]
+            if len(block) == P:
+                block.sort(key=lambda r: r["particle"])
                 self.pso.tell(np.array([r["mean_val_sharpe"] for r in block], dtype=np.float64))
+        self.rows.sort(key=lambda r: r["trial"])
         return pd.DataFrame(self.rows)
 
     def best_row(self) -> dict | None:
-        ok = [r for r in self.rows if np.isfinite(r["mean_val_sharpe"])]
-        return max(ok, key=lambda r: r["mean_val_sharpe"]) if ok else None
+        ok = sorted((r for r in self.rows if np.isfinite(r["mean_val_sharpe"])), key=lambda r: r["trial"])
+        return max(ok, key=lambda r: r["mean_val_sharpe"]) if ok else None  # ties: the earliest trial
 
     def best_values(self) -> dict:
         row = self.best_row()

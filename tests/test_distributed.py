@@ -1,0 +1,213 @@
+"""Folds and search trials on several workers: spawned processes (--workers) and a Dask cluster
+(--scheduler, here a LocalCluster whose workers advertise one logical GPU each). Results and resume
+are the same as in one process, and a worker killed mid-run loses no finished fold."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from conftest import SAMPLE
+from workbench.config import load_config
+from workbench.dashboard import PlainProgress
+from workbench.engine import WalkForward
+from workbench.executor import DaskExecutor, ProcessExecutor, make_executor
+from workbench.errors import ConfigError
+from workbench.rundir import RunDir
+
+distributed = pytest.importorskip("distributed")
+
+TINY = ["--device", "cpu", "--epochs", "1", "--max-steps-per-epoch", "3", "--set", "splits.max_folds=3",
+        "--progress", "none", "--json"]
+TINY_CFG = ['device="cpu"', "training.epochs=1", "training.max_steps_per_epoch=3", "splits.max_folds=3"]
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    from distributed import LocalCluster
+
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, resources={"GPU": 1},
+                      dashboard_address=None) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """The tiny walk-forward in one process: what every executor must reproduce."""
+    from workbench.walkforward import main
+
+    out = tmp_path_factory.mktemp("ref") / "run"
+    assert main([str(SAMPLE), *TINY, "--out", str(out)]) == 0
+    return out
+
+
+def _fold_files(run) -> dict:
+    """Per fold: metrics (without timing), trades and the selected weights."""
+    out = {}
+    for d in sorted(run.glob("fold_*")):
+        if not d.is_dir():
+            continue
+        m = json.loads((d / "metrics.json").read_text())
+        m = {k: v for k, v in m.items() if not k.endswith("_ms")}
+        out[d.name] = (m, pd.read_parquet(d / "trades.parquet"), np.load(d / "weights.npy"))
+    return out
+
+
+def _same_run(a, b) -> None:
+    fa, fb = _fold_files(a), _fold_files(b)
+    assert list(fa) == list(fb) == ["fold_000", "fold_001", "fold_002"]
+    for k in fa:
+        assert fa[k][0] == fb[k][0], k
+        pd.testing.assert_frame_equal(fa[k][1], fb[k][1])
+        assert np.array_equal(fa[k][2], fb[k][2]), k
+    sa, sb = (json.loads((r / "summary.json").read_text())["stitched_oos"] for r in (a, b))
+    assert sa == sb
+
+
+def test_process_workers_reproduce_the_run_and_resume(tmp_path, reference, capsys):
+    import shutil
+
+    from workbench.walkforward import main
+
+    out = tmp_path / "run"
+    assert main([str(SAMPLE), *TINY, "--workers", "2", "--out", str(out)]) == 0
+    _same_run(reference, out)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["backend"] == "2 spawned worker processes (CPU only)"
+    # a fold lost from the run directory: --resume with workers runs only that one, to the same result
+    kept = (out / "fold_000" / "metrics.json").stat().st_mtime_ns
+    shutil.rmtree(out / "fold_001")
+    assert main([str(SAMPLE), "--resume", str(out), "--workers", "2", "--progress", "none", "--json"]) == 0
+    assert (out / "fold_000" / "metrics.json").stat().st_mtime_ns == kept
+    _same_run(reference, out)
+
+
+class KillOneWorker(PlainProgress):
+    """When the first fold finishes, kill (SIGKILL) a worker that is running another fold."""
+
+    def __init__(self, pick_busy_pid):
+        super().__init__(open(os.devnull, "w"))
+        self.pick, self.killed, self.finished_before_kill = pick_busy_pid, None, []
+
+    def fold_finished(self, res, seconds):
+        if self.killed is None:
+            self.finished_before_kill.append(res.fold)
+            pid = self.pick()
+            if pid:
+                os.kill(pid, signal.SIGKILL)
+                self.killed = pid
+
+
+def _kill_test(tmp_path, reference, executor, pick):
+    cfg = load_config(None, TINY_CFG)
+    progress = KillOneWorker(pick)
+    out = tmp_path / "run"
+    res = WalkForward(cfg).run(str(SAMPLE), progress=progress, run_dir=RunDir(out), executor=executor)
+    assert progress.killed, "no worker was busy when the first fold finished"
+    assert all(f.ok for f in res.fold_results), [f.error for f in res.fold_results]
+    first = progress.finished_before_kill[0]
+    assert (out / f"fold_{first:03d}" / "metrics.json").is_file()
+    assert (out / "summary.json").is_file()  # written at the end: the run completed
+    _same_run(reference, out)  # the killed worker's fold ran again, to the same result
+
+
+def test_killed_process_worker_loses_no_fold(tmp_path, reference):
+    ex = ProcessExecutor(2)
+    try:
+        _kill_test(tmp_path, reference, ex, lambda: next(iter(ex.busy_pids()), None))
+    finally:
+        ex.close()
+
+
+def test_dask_cluster_runs_walkforward_and_survives_a_killed_worker(tmp_path, reference, cluster):
+    from distributed import Client
+
+    from workbench.walkforward import main
+
+    out = tmp_path / "cli"
+    assert main([str(SAMPLE), *TINY, "--scheduler", cluster.scheduler_address, "--out", str(out)]) == 0
+    _same_run(reference, out)
+    assert "2 GPU(s)" in json.loads((out / "summary.json").read_text())["backend"]
+
+    client = Client(cluster.scheduler_address)
+    ex = DaskExecutor(client)
+
+    def busy_worker_pid():
+        busy = [w for w, keys in client.processing().items() if keys]
+        return client.run(os.getpid, workers=busy[:1])[busy[0]] if busy else None
+
+    try:
+        _kill_test(tmp_path / "kill", reference, ex, busy_worker_pid)
+    finally:
+        client.close()
+
+
+def test_search_on_workers_matches_in_process(tmp_path, cluster, capsys):
+    from test_hyperopt import BUDGET, TINY as BOUNDS
+
+    from workbench.hyperopt.__main__ import main
+
+    bounds = tmp_path / "b.toml"
+    bounds.write_text(BOUNDS)
+    logs = {}
+    for name, extra in (("inline", []), ("workers", ["--workers", "2"]),
+                        ("dask", ["--scheduler", cluster.scheduler_address])):
+        out = tmp_path / name
+        assert main([str(SAMPLE), "--trials", "5", "--bounds", str(bounds), "--out", str(out), "--no-test",
+                     *BUDGET, *extra]) == 0
+        logs[name] = pd.read_parquet(out / "trials.parquet").drop(columns="seconds")
+    assert list(logs["inline"]["trial"]) == [0, 1, 2, 3, 4]
+    pd.testing.assert_frame_equal(logs["workers"], logs["inline"])
+    pd.testing.assert_frame_equal(logs["dask"], logs["inline"])
+    # resume a search stopped while an iteration's particles ran side by side: particle 1 of
+    # iteration 1 (trial 4) finished, particle 0 (trial 3) did not
+    out = tmp_path / "workers"
+    logs["workers"].drop(index=3).assign(seconds=1.0).to_parquet(out / "trials.parquet")
+    assert main([str(SAMPLE), "--trials", "5", "--bounds", str(bounds), "--resume", str(out), "--no-test",
+                 *BUDGET, "--workers", "2"]) == 0
+    pd.testing.assert_frame_equal(pd.read_parquet(out / "trials.parquet").drop(columns="seconds"), logs["inline"])
+
+
+def test_local_dask_cluster(tmp_path, reference):
+    from workbench.walkforward import main
+
+    out = tmp_path / "run"
+    assert main([str(SAMPLE), *TINY, "--scheduler", "local", "--workers", "2", "--out", str(out)]) == 0
+    _same_run(reference, out)
+
+
+def test_executor_errors_are_one_line_config_errors():
+    with pytest.raises(ConfigError, match="--workers must be >= 1"):
+        make_executor(0, None, "cpu")
+    with pytest.raises(ConfigError, match="only 1 GPU"):
+        ProcessExecutor(2, ["0"])
+    with pytest.raises(ConfigError, match="--workers goes with --scheduler local only"):
+        make_executor(2, "tcp://x:1", "cpu")
+    with pytest.raises(ConfigError, match="cannot reach the Dask scheduler at tcp://127.0.0.1:9"):
+        DaskExecutor("tcp://127.0.0.1:9", timeout="1s")
+
+
+def visible_devices(_job: int) -> str:
+    return os.environ.get("CUDA_VISIBLE_DEVICES", "unset")
+
+
+def test_workers_are_pinned_to_one_gpu_each():
+    """Each worker sees only its own GPU (the ids here are labels: nothing touches a device)."""
+    from distributed import Client
+
+    from workbench.executor import local_cluster
+
+    ex = ProcessExecutor(2, ["3", "5"])
+    try:
+        seen = dict(ex.imap_unordered(visible_devices, [(i,) for i in range(4)]))
+    finally:
+        ex.close()
+    assert sorted(set(seen.values())) == ["3", "5"]
+    with local_cluster(2, ["3", "5"], prefer_dask_cuda=False) as cluster, Client(cluster) as client:
+        pinned = client.run(lambda: os.environ.get("CUDA_VISIBLE_DEVICES"))
+        assert sorted(pinned.values()) == ["3", "5"]
+        assert all(w["resources"] == {"GPU": 1} for w in client.scheduler_info()["workers"].values())
