@@ -285,7 +285,7 @@ def local_cluster(workers: int, gpus: list[str] | None, prefer_dask_cuda: bool =
     spec = {i: {"cls": Nanny, "options": {"nthreads": 1, "resources": {"GPU": 1},
                                           "env": {"CUDA_VISIBLE_DEVICES": gpus[i] if gpus else ""}}}
             for i in range(n)}
-    return SpecCluster(workers=spec, scheduler={"cls": Scheduler, "options": {"dashboard_address": None}})
+    return SpecCluster(workers=spec, scheduler={"cls": Scheduler, "options": {"dashboard": False}})
 
 
 def _takes_n_workers(client) -> bool:
