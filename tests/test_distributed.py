@@ -86,25 +86,24 @@ def test_process_workers_reproduce_the_run_and_resume(tmp_path, reference, capsy
     _same_run(reference, out)
 
 
-class KillOneWorker(PlainProgress):
-    """When the first fold finishes, kill (SIGKILL) a worker that is running another fold."""
+class KillWorkers(PlainProgress):
+    """When the first fold finishes, kill (SIGKILL) the workers ``pick()`` names (running other folds)."""
 
-    def __init__(self, pick_busy_pid):
+    def __init__(self, pick):
         super().__init__(open(os.devnull, "w"))
-        self.pick, self.killed, self.finished_before_kill = pick_busy_pid, None, []
+        self.pick, self.killed, self.finished_before_kill = pick, [], []
 
     def fold_finished(self, res, seconds):
-        if self.killed is None:
+        if not self.killed:
             self.finished_before_kill.append(res.fold)
-            pid = self.pick()
-            if pid:
+            for pid in self.pick():
                 os.kill(pid, signal.SIGKILL)
-                self.killed = pid
+                self.killed.append(pid)
 
 
 def _kill_test(tmp_path, reference, executor, pick):
     cfg = load_config(None, TINY_CFG)
-    progress = KillOneWorker(pick)
+    progress = KillWorkers(pick)
     out = tmp_path / "run"
     res = WalkForward(cfg).run(str(SAMPLE), progress=progress, run_dir=RunDir(out), executor=executor)
     assert progress.killed, "no worker was busy when the first fold finished"
@@ -118,7 +117,7 @@ def _kill_test(tmp_path, reference, executor, pick):
 def test_killed_process_worker_loses_no_fold(tmp_path, reference):
     ex = ProcessExecutor(2)
     try:
-        _kill_test(tmp_path, reference, ex, lambda: next(iter(ex.busy_pids()), None))
+        _kill_test(tmp_path, reference, ex, lambda: ex.busy_pids()[:1])  # one worker, mid-fold
     finally:
         ex.close()
 
@@ -136,12 +135,17 @@ def test_dask_cluster_runs_walkforward_and_survives_a_killed_worker(tmp_path, re
     client = Client(cluster.scheduler_address)
     ex = DaskExecutor(client)
 
-    def busy_worker_pid():
-        busy = [w for w, keys in client.processing().items() if keys]
-        return client.run(os.getpid, workers=busy[:1])[busy[0]] if busy else None
+    def busy_and_holding_the_bars():
+        """A worker running a fold, and every worker holding a copy of the bars: the job must be rerun and
+        the bars rebuilt from the task graph (scattered data would be lost with them)."""
+        busy = [w for w, keys in client.processing().items() if keys][:1]
+        holders = [w for w, keys in client.has_what().items() if any(str(k).startswith("loads-") for k in keys)]
+        assert holders, "no worker holds the bars"
+        pids = client.run(os.getpid, workers=sorted(set(busy + holders)))
+        return list(pids.values())
 
     try:
-        _kill_test(tmp_path / "kill", reference, ex, busy_worker_pid)
+        _kill_test(tmp_path / "kill", reference, ex, busy_and_holding_the_bars)
     finally:
         client.close()
 
@@ -196,18 +200,21 @@ def visible_devices(_job: int) -> str:
 
 
 def test_workers_are_pinned_to_one_gpu_each():
-    """Each worker sees only its own GPU (the ids here are labels: nothing touches a device)."""
+    """Each worker sees only its own GPU. Without a GPU the ids are labels nothing touches; on a GPU
+    machine they must be real (Dask's worker monitor asks NVML about its visible device)."""
     from distributed import Client
 
-    from workbench.executor import local_cluster
+    from cuda_kernels.nb import gpu_available
+    from workbench.executor import local_cluster, visible_gpus
 
-    ex = ProcessExecutor(2, ["3", "5"])
+    labels = visible_gpus()[:2] if gpu_available() else ["3", "5"]
+    ex = ProcessExecutor(len(labels), labels)
     try:
         seen = dict(ex.imap_unordered(visible_devices, [(i,) for i in range(4)]))
     finally:
         ex.close()
-    assert sorted(set(seen.values())) == ["3", "5"]
-    with local_cluster(2, ["3", "5"], prefer_dask_cuda=False) as cluster, Client(cluster) as client:
+    assert sorted(set(seen.values())) == sorted(labels)
+    with local_cluster(len(labels), labels, prefer_dask_cuda=False) as cluster, Client(cluster) as client:
         pinned = client.run(lambda: os.environ.get("CUDA_VISIBLE_DEVICES"))
-        assert sorted(pinned.values()) == ["3", "5"]
+        assert sorted(pinned.values()) == sorted(labels)
         assert all(w["resources"] == {"GPU": 1} for w in client.scheduler_info()["workers"].values())

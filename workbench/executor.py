@@ -223,19 +223,30 @@ class DaskExecutor:
         return self.client.scheduler.address
 
     def share(self, obj):
-        return self.client.scatter(obj, broadcast=False, hash=False)
+        """The bars as a task that unpickles them, not as scattered data: a scattered object lives only on
+        the workers that hold it and is lost with them, while a task's result is recomputed from the
+        graph wherever it is needed (no shared file system needed either way)."""
+        import warnings
+
+        blob = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+        with warnings.catch_warnings():  # "large graph": intended, it is sent once
+            warnings.simplefilter("ignore", UserWarning)
+            return self.client.submit(pickle.loads, blob, pure=False)
 
     def imap_unordered(self, fn: Callable, jobs: list[tuple], on_start=None) -> Iterator[tuple[int, object]]:
         from distributed import as_completed
         from distributed.scheduler import KilledWorker
 
+        from distributed.client import FutureCancelledError
+
         todo = deque(range(len(jobs)))
+        attempts = [0] * len(jobs)
         index: dict = {}
         ac = as_completed()
 
         def submit():
             i = todo.popleft()
-            if on_start:
+            if on_start and attempts[i] == 0:
                 on_start(i)
             fut = self.client.submit(fn, *jobs[i], resources=self.resources, pure=False, retries=0)
             index[fut.key] = i
@@ -248,6 +259,13 @@ class DaskExecutor:
             try:
                 result = fut.result()
             except KilledWorker as exc:  # the scheduler gave up after allowed-failures lost workers
+                result = WorkerLost(f"job {i}: {exc}")
+            except FutureCancelledError as exc:  # lost with its inputs: submit it again
+                attempts[i] += 1
+                if attempts[i] <= self.retries:
+                    todo.appendleft(i)
+                    submit()
+                    continue
                 result = WorkerLost(f"job {i}: {exc}")
             yield i, result
             if todo:
