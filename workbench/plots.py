@@ -251,7 +251,11 @@ def plot_fold(fold, path=None, dpi: int = 110):
             span = max(hi - lo, 1e-6)
             tw.set_ylim(lo - 0.1 * span, hi + 0.5 * span)
         tw.set_ylabel("validation Sharpe (annualised)")
-        tw.legend(loc="upper left", fontsize=8)
+        # one legend, on the twin axis (drawn on top), so the init label at the upper left stays visible
+        h1, l1 = ax.get_legend_handles_labels()
+        h2, l2 = tw.get_legend_handles_labels()
+        ax.get_legend().remove()
+        tw.legend(h1 + h2, l1 + l2, loc="upper right", fontsize=8, ncols=len(h1 + h2))
     if path is not None:
         fig.savefig(path, dpi=dpi)
     return fig
