@@ -17,53 +17,98 @@ from .nb import cuda, device_function, float32, float64, int8, int32, int64, ker
 EXEC_MARKET, EXEC_PASSIVE, EXEC_KEEP = 0, 1, 2
 
 
-def step_bar(open_, high, low, close, roll, t, pos, a_dir, a_size, a_exec, last, pv, tick, slip_ticks, comm, bps):
-    """Apply the factored action decided at bar t; return (position over bar t+1, net USD PnL of bar t+1).
-    ``last``: bar t+1 ends the episode (the position is liquidated at its close)."""
-    d = min(max(a_dir, 0), 2)
-    size = min(max(a_size, 0), 2) + 1
-    ex = min(max(a_exec, 0), 2)
-    want = pos if ex == EXEC_KEEP else (d - 1) * size
-    slip = slip_ticks * tick
-    n = t + 1
+def fill_bar(open_, high, low, close, roll, n, pos, want, passive, lim, pv, slip, comm, bps):
+    """Bar ``n`` of the futures accounting: the one source for the env step below (kernels and the CPU
+    backend) and for ``workbench.accounting.simulate``.
+
+    ``pos`` is held into bar n; the order to ``want`` was placed at bar n-1's close (``passive``: a
+    limit at ``lim``, filled only if bar n trades through it, at the open if it opens through; else at
+    bar n's open plus ``slip`` price points against us). Marks run from bar n-1's close, or from bar n's
+    open when bar n starts a new contract (``roll[n]``), where a held position is rolled and charged two
+    trades per contract. Commission: ``comm`` USD per contract per side plus ``bps`` of notional.
+
+    Returns (pos after bar n, net USD PnL of bar n, roll commission, roll slippage, filled, fill price,
+    PnL of the old position up to the fill, PnL of the new position from the fill, fill commission,
+    fill slippage); costs in USD, every one of them already inside the net PnL.
+    """
+    ref = close[n - 1]
     pnl = 0.0
-    ref = close[t]
+    roll_comm = 0.0
+    roll_slip = 0.0
     if roll[n] != 0:
         ref = open_[n]
         if pos != 0:
             q = abs(pos)
-            pnl -= q * (2.0 * comm + 2.0 * bps * 1e-4 * open_[n] * pv) + q * 2.0 * slip * pv
+            roll_comm = q * (2.0 * comm + 2.0 * bps * 1e-4 * open_[n] * pv)
+            roll_slip = q * 2.0 * slip * pv
+            pnl -= roll_comm + roll_slip
     filled = False
     fill = 0.0
     if want != pos:
         buy = want > pos
-        if ex == EXEC_MARKET:
+        if not passive:
             fill = open_[n] + slip if buy else open_[n] - slip
             filled = True
-        else:
-            lim = close[t] - tick if buy else close[t] + tick
-            if buy and low[n] < lim:
-                fill = min(lim, open_[n])
-                filled = True
-            elif (not buy) and high[n] > lim:
-                fill = max(lim, open_[n])
-                filled = True
+        elif buy and low[n] < lim:
+            fill = min(lim, open_[n])
+            filled = True
+        elif (not buy) and high[n] > lim:
+            fill = max(lim, open_[n])
+            filled = True
+    old_part = 0.0
+    new_part = 0.0
+    fill_comm = 0.0
+    fill_slip = 0.0
     if filled:
         q = abs(want - pos)
-        pnl += pv * pos * (fill - ref) + pv * want * (close[n] - fill) - q * (comm + bps * 1e-4 * fill * pv)
+        fill_comm = q * (comm + bps * 1e-4 * fill * pv)
+        fill_slip = 0.0 if passive else q * slip * pv  # inside the fill price already
+        old_part = pv * pos * (fill - ref)
+        new_part = pv * want * (close[n] - fill)
+        pnl += old_part + new_part - fill_comm
         pos = want
     else:
         pnl += pv * pos * (close[n] - ref)
-    if last and pos != 0:
-        q = abs(pos)
-        pnl -= q * (comm + bps * 1e-4 * close[n] * pv) + q * slip * pv
-        pos = 0
-    return pos, pnl
+    return pos, pnl, roll_comm, roll_slip, filled, fill, old_part, new_part, fill_comm, fill_slip
 
 
-# One source for the bar step: a device function for the kernels, njit for the CPU reference backend.
-step_bar_dev = device_function(step_bar)
-step_bar_cpu = njit(cache=True)(step_bar)
+def liquidation_cost(pos, price, pv, slip, comm, bps):
+    """(commission, slippage) in USD of closing ``pos`` at ``price`` with slippage against us."""
+    q = abs(pos)
+    return q * (comm + bps * 1e-4 * price * pv), q * slip * pv
+
+
+def _make_step_bar(fill_bar, liquidation_cost):
+    def step_bar(open_, high, low, close, roll, t, pos, a_dir, a_size, a_exec, last, pv, tick, slip_ticks, comm, bps):
+        """Apply the factored action decided at bar t; return (position over bar t+1, net USD PnL of bar t+1).
+        ``last``: bar t+1 ends the episode (the position is liquidated at its close)."""
+        d = min(max(a_dir, 0), 2)
+        size = min(max(a_size, 0), 2) + 1
+        ex = min(max(a_exec, 0), 2)
+        want = pos if ex == EXEC_KEEP else (d - 1) * size
+        slip = slip_ticks * tick
+        n = t + 1
+        lim = close[t] - tick if want > pos else close[t] + tick
+        pos, pnl, _rc, _rs, _f, _p, _o, _w, _c, _s = fill_bar(open_, high, low, close, roll, n, pos, want,
+                                                              ex == EXEC_PASSIVE, lim, pv, slip, comm, bps)
+        if last and pos != 0:
+            c, s = liquidation_cost(pos, close[n], pv, slip, comm, bps)
+            pnl -= c + s
+            pos = 0
+        return pos, pnl
+
+    return step_bar
+
+
+# One source for the bar accounting: plain Python (the reference the tests call), a device function
+# for the kernels, and njit for the CPU reference backend and workbench.accounting.simulate.
+step_bar = _make_step_bar(fill_bar, liquidation_cost)
+fill_bar_dev = device_function(fill_bar)
+liquidation_cost_dev = device_function(liquidation_cost)
+step_bar_dev = device_function(_make_step_bar(fill_bar_dev, liquidation_cost_dev))
+fill_bar_cpu = njit(cache=True)(fill_bar)
+liquidation_cost_cpu = njit(cache=True)(liquidation_cost)
+step_bar_cpu = njit(cache=True)(_make_step_bar(fill_bar_cpu, liquidation_cost_cpu))
 
 
 @kernel(void(float64[::1], float64[::1], float64[::1], float64[::1], int8[::1], int64[::1], int64[::1], int32[::1],

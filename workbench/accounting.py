@@ -1,6 +1,7 @@
 """Futures accounting: ``simulate(target, bars, spec)`` turns target positions into fills, PnL and trades.
 
-Rules (the GPU env step follows the same ones):
+Rules (one implementation, ``cuda_kernels.env.fill_bar``, serves this module, the GPU env step and
+the CPU backend's env step, so the three cannot drift apart):
 
 - A decision at bar t (made with data up to bar t's close) executes at bar t+1.
   Market orders fill at bar t+1's open plus slippage (``slippage_ticks`` against the trade).
@@ -25,6 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from cuda_kernels.env import fill_bar_cpu, liquidation_cost_cpu
 from cuda_kernels.nb import njit
 
 from .data import Bars
@@ -48,52 +50,26 @@ def _simulate_core(open_, high, low, close, roll, target, order, limit, pv, slip
     for t in range(T):
         bar_pnl, bar_comm, bar_slip = 0.0, 0.0, 0.0
         if t > 0:
-            ref = close[t - 1]
-            if roll[t]:
-                ref = open_[t]
-                if pos != 0:
-                    q = abs(pos)
-                    c = q * (2.0 * comm + 2.0 * bps * 1e-4 * open_[t] * pv)
-                    s = q * 2.0 * slip * pv
-                    bar_comm += c
-                    bar_slip += s
-                    bar_pnl -= c + s
-                    t_pnl -= c + s
-                    t_cost += c + s
             want = target[t - 1]
-            filled = False
-            fill = 0.0
-            if want != pos:
-                buy = want > pos
-                if order[t - 1] == 0:
-                    fill = open_[t] + slip if buy else open_[t] - slip
-                    filled = True
-                else:
-                    lim = limit[t - 1]
-                    if buy and low[t] < lim:
-                        fill = min(lim, open_[t])
-                        filled = True
-                    elif (not buy) and high[t] > lim:
-                        fill = max(lim, open_[t])
-                        filled = True
+            pos_before = pos
+            pos, bar_pnl, roll_c, roll_s, filled, fill, old_part, new_part, c, s = fill_bar_cpu(
+                open_, high, low, close, roll, t, pos, want, order[t - 1] != 0, limit[t - 1], pv, slip, comm, bps)
+            bar_comm = roll_c + c
+            bar_slip = roll_s + s
+            t_pnl -= roll_c + roll_s
+            t_cost += roll_c + roll_s
+            # trade bookkeeping: a fill closes, opens, reverses or resizes the open trade
             if filled:
-                q = abs(want - pos)
-                c = q * (comm + bps * 1e-4 * fill * pv)
-                s = q * slip * pv if order[t - 1] == 0 else 0.0
-                old_part = pv * pos * (fill - ref)
-                new_part = pv * want * (close[t] - fill)
-                bar_comm += c
-                bar_slip += s
-                bar_pnl += old_part + new_part - c
-                closes = pos != 0 and (want == 0 or (want > 0) != (pos > 0))
-                opens = want != 0 and (pos == 0 or (want > 0) != (pos > 0))
+                q = abs(want - pos_before)
+                closes = pos_before != 0 and (want == 0 or (want > 0) != (pos_before > 0))
+                opens = want != 0 and (pos_before == 0 or (want > 0) != (pos_before > 0))
                 if closes:
-                    c_close = c * abs(pos) / q
+                    c_close = c * abs(pos_before) / q
                     t_pnl += old_part - c_close
-                    t_cost += c_close + (s * abs(pos) / q)
+                    t_cost += c_close + (s * abs(pos_before) / q)
                     trades[n_tr, 0] = t_entry
                     trades[n_tr, 1] = t
-                    trades[n_tr, 2] = 1.0 if pos > 0 else -1.0
+                    trades[n_tr, 2] = 1.0 if pos_before > 0 else -1.0
                     trades[n_tr, 3] = t_max
                     trades[n_tr, 4] = t_price
                     trades[n_tr, 5] = fill
@@ -109,19 +85,14 @@ def _simulate_core(open_, high, low, close, roll, target, order, limit, pv, slip
                     t_pnl += old_part + new_part - c
                     t_cost += c + s
                     t_max = max(t_max, abs(want))
-                pos = want
             else:
-                mtm = pv * pos * (close[t] - ref)
-                bar_pnl += mtm
-                t_pnl += mtm
+                t_pnl += bar_pnl + roll_c + roll_s  # the mark of the held position
         position[t] = pos
         pnl[t] = bar_pnl
         commission[t] = bar_comm
         slippage[t] = bar_slip
     if pos != 0 and T > 0:  # liquidate at the last close
-        q = abs(pos)
-        c = q * (comm + bps * 1e-4 * close[T - 1] * pv)
-        s = q * slip * pv
+        c, s = liquidation_cost_cpu(pos, close[T - 1], pv, slip, comm, bps)
         pnl[T - 1] -= c + s
         commission[T - 1] += c
         slippage[T - 1] += s
