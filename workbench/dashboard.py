@@ -170,8 +170,7 @@ class NotebookProgress(LiveDashboard):
     fold events and the end of the run, which always show."""
 
     def __init__(self, min_interval: float = 0.5):
-        PlainProgress.__init__(self)
-        self.rows, self.info, self.live = {}, {}, None
+        super().__init__()  # the folds/epochs state; its console and Live stay unused here
         self.min_interval, self._last = min_interval, 0.0
         self.handle = None
         self.summary: dict | None = None

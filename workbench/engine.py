@@ -79,10 +79,9 @@ def worker_context(cfg: RunConfig, bars):
     return (*_WORKER_CACHE["prep"], backend)
 
 
-def run_fold_job(cfg: RunConfig, bars, k: int) -> FoldResult:
+def run_fold_job(cfg: RunConfig, bars, k: int, ranges: dict) -> FoldResult:
     """Fold ``k`` in a worker process (see :mod:`workbench.executor`)."""
     bars, spec, feats, folds, backend = worker_context(cfg, bars)
-    ranges = {p: _range_text(folds, k, p) for p in ("train", "val", "test")}
     return fold_result(cfg, k, folds, bars, feats, spec, backend, ranges)
 
 
@@ -164,7 +163,7 @@ class WalkForward:
             fn, jobs = job, [(k,) for k in todo]
         else:
             shared = executor.share(bars)
-            fn, jobs = run_fold_job, [(cfg, shared, k) for k in todo]
+            fn, jobs = run_fold_job, [(cfg, shared, k, ranges[k]) for k in todo]
         for i, res in executor.imap_unordered(fn, jobs, on_start=on_start):
             k = todo[i]
             if isinstance(res, WorkerLost):

@@ -12,15 +12,14 @@ returns (252 days, rf 0, as every metric in ``workbench.metrics``), phase times 
 from __future__ import annotations
 
 import base64
-import dataclasses
 import io
 
 import numpy as np
 import pandas as pd
 
 from .metrics import ANNUALIZATION_NOTE
+from .results import PHASES, epoch_dicts as _epoch_dicts
 
-PHASES = ("init", "experience", "training", "validation")
 PHASE_COLOURS = {"init": "#9e9e9e", "experience": "#1f77b4", "training": "#d62728", "validation": "#2ca02c"}
 BASELINE_COLOURS = {"buy-and-hold": "#7f7f7f", "momentum": "#ff7f0e"}
 
@@ -57,14 +56,6 @@ def figure_png(fig, dpi: int = 110) -> bytes:
 
 def png_data_uri(fig, dpi: int = 110) -> str:
     return "data:image/png;base64," + base64.b64encode(figure_png(fig, dpi)).decode("ascii")
-
-
-def _epoch_dicts(fold) -> list[dict]:
-    """Epoch logs as dicts: EpochLog dataclasses from a fresh run, dicts from a resumed run directory."""
-    out = []
-    for e in getattr(fold, "epochs", None) or []:
-        out.append(dataclasses.asdict(e) if dataclasses.is_dataclass(e) else dict(e))
-    return out
 
 
 def _drawdown_pct(equity: pd.Series) -> pd.Series:

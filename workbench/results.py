@@ -1,6 +1,7 @@
 """Result objects of a walk-forward run: one :class:`FoldResult` per fold, one :class:`WalkForwardResult`."""
 from __future__ import annotations
 
+import dataclasses
 import html
 from dataclasses import dataclass, field
 
@@ -10,6 +11,7 @@ import pandas as pd
 from . import metrics as M
 from .markets import MarketSpec
 
+PHASES = ("init", "experience", "training", "validation")  # an epoch's timed phases (ms)
 HEADLINE = ("net_pnl_usd", "sharpe", "sortino", "cagr", "max_drawdown", "trades", "win_rate", "exposure")
 
 
@@ -122,12 +124,15 @@ class WalkForwardResult:
         return pd.DataFrame(rows)
 
 
-def _epochs_frame(folds) -> pd.DataFrame:
-    from .plots import PHASES, _epoch_dicts
+def epoch_dicts(fold) -> list[dict]:
+    """Epoch logs as dicts: EpochLog dataclasses from a fresh run, dicts from a resumed run directory."""
+    return [dataclasses.asdict(e) if dataclasses.is_dataclass(e) else dict(e) for e in getattr(fold, "epochs", None) or []]
 
+
+def _epochs_frame(folds) -> pd.DataFrame:
     rows = []
     for f in folds:
-        for e in _epoch_dicts(f):
+        for e in epoch_dicts(f):
             ms = e.get("ms", {})
             rows.append({"fold": f.fold, "epoch": int(e["epoch"]),
                          **{f"{p}_ms": float(ms.get(p, 0.0)) for p in PHASES}, "total_ms": float(ms.get("total", 0.0)),

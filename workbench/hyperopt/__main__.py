@@ -124,15 +124,13 @@ def _search(args, base, profile, bars, out, run_dir, live, executor) -> int:
                "annualization": M.ANNUALIZATION_NOTE}
     if not args.no_test:
         res = WalkForward(best_cfg).run(bars, progress=None, executor=executor)
-        s = res.stitched
-        r = M.daily_returns(s["pnl_usd"].to_numpy(), s.index, res.market, res.capital).to_numpy()
         per_day = log["mean_val_sharpe"].to_numpy(dtype=float) / math.sqrt(M.ANNUALIZATION)
         per_day = per_day[np.isfinite(per_day)]
         var = float(np.var(per_day, ddof=1)) if len(per_day) > 1 else 0.0
         summary["out_of_sample_test"] = {
             "label": "out-of-sample: test ranges never seen by the search, best configuration retrained per fold",
             "metrics": res.metrics, "baselines": res.baselines,
-            "deflated_sharpe": M.deflated_sharpe(r, n_trials=len(per_day), sr_variance=var),
+            "deflated_sharpe": res.deflated_sharpe(len(per_day), sr_variance=var),
             "trials_counted": len(per_day)}
     run_dir.write_json("summary.json", summary)
     print(f"best trial {best['trial']}: mean validation Sharpe {best['mean_val_sharpe']:.3f} ({M.ANNUALIZATION_NOTE})")
