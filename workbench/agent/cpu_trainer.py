@@ -107,9 +107,10 @@ class CpuTrainer:
         idx = np.flatnonzero(done != 0)
         if len(idx):
             u = uniforms4_ref(self.profile.n_envs, self.env_step, K_ro.TAG_RESET, self.k0, self.k1)[idx, 0]
-            span = w.train[1] - cfg.episode_len - w.train[0]
+            episode = w.episode_len(cfg.episode_len)
+            span = w.train[1] - episode - w.train[0]
             start = w.train[0] + np.minimum((u.astype(np.float64) * (span + 1)).astype(np.int64), span)
-            self.t[idx], self.end[idx], self.pos[idx] = start, start + cfg.episode_len, 0
+            self.t[idx], self.end[idx], self.pos[idx] = start, start + episode, 0
             done[idx] = 0
 
     def _update(self, w: Window, shape: NetShape, support) -> tuple[float, float, float, bool]:

@@ -198,7 +198,7 @@ class DeviceTrainer:
     def _reset_envs(self, st, w: Window) -> None:
         cfg, N = self.cfg, self.profile.n_envs
         K_ro.env_reset_kernel[_grid(N, self.tpb) + (st,)](self.t_arr, self.end_arr, self.pos_arr, self.done, w.train[0],
-                                                         w.train[1], cfg.episode_len, self.k0, self.k1,
+                                                         w.train[1], w.episode_len(cfg.episode_len), self.k0, self.k1,
                                                          self.env_step_ctr, N)
 
     def _experience_step(self, st, w: Window) -> None:

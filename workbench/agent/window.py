@@ -38,6 +38,11 @@ class Window:
     def n_features(self) -> int:
         return self.features.shape[1]
 
+    def episode_len(self, requested: int) -> int:
+        """Bars per training episode: ``requested``, or the training range less one bar where that is
+        shorter (short folds of hourly or daily bars), so every episode starts and ends inside it."""
+        return max(2, min(int(requested), self.train[1] - self.train[0] - 1))
+
 
 def trading_day_ids(index: pd.DatetimeIndex, bars: Bars) -> np.ndarray:
     local = index.tz_convert(bars.market.session_tz) + bars.market.day_end_offset()
