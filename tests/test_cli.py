@@ -46,6 +46,7 @@ def test_run_dir_exists_and_usage_errors(tmp_path, capsys):
     assert main([str(SAMPLE), *bh, "--out", str(out), "--progress", "none"]) == 2
     assert "exists and is not empty" in capsys.readouterr().err
     assert main([str(SAMPLE), *bh, "--out", str(out), "--force", "--progress", "none", "--set", "splits.max_folds=1"]) == 0
+    capsys.readouterr()
     with pytest.raises(SystemExit) as e:
         main([str(SAMPLE), "--strategy", "astrology"])
     assert e.value.code == 2

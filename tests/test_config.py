@@ -4,7 +4,7 @@ import pytest
 
 from workbench.config import RunConfig, load_config, to_toml
 from workbench.errors import ConfigError
-from workbench.markets import load_market, match_market
+from workbench.markets import load_market
 from workbench.walkforward import main
 
 from conftest import SAMPLE
@@ -40,15 +40,6 @@ def test_bad_config_file_exit_78(tmp_path, capsys):
     assert rc == 78 and "unknown config key 'splits.bogus'" in err and err.count("\n") == 1
     p.write_text("this is = = not toml")
     assert main([str(SAMPLE), "--config", str(p), "--out", str(tmp_path / "r2")]) == 78
-
-
-def test_market_specs():
-    es = load_market("es")
-    assert (es.point_value, es.tick_size, es.commission_per_side, es.slippage_ticks) == (50.0, 0.25, 2.15, 1.0)
-    assert match_market(["MESM4"]).name == "MES" and match_market(["ESM4"]).name == "ES"
-    assert match_market(["EURUSD"]).name == "GENERIC"
-    with pytest.raises(ConfigError, match="unknown market 'zz'"):
-        load_market("zz")
 
 
 def test_zero_cost_market_is_refused(tmp_path):

@@ -33,16 +33,19 @@ def test_databento_fixed_point_front_contract_and_rolls(synthetic_raw, tmp_path)
     assert roll.price_gap == pytest.approx(roll.new_open - roll.old_close)
     assert any(w.code == "rolls" for w in rep.warnings)
     assert bars.roll_mask.sum() == 1
-    assert {"gap_maintenance_halt", "gap_weekend_holiday"} <= {w.code for w in rep.warnings}
-    assert not any(w.code == "gap_unexpected" for w in rep.warnings)
+    # expected gaps are notes, not warnings; none is unexpected
+    assert {"gap_maintenance_halt", "gap_weekend_holiday"} <= {f.code for f in rep.findings if f.severity == "info"}
+    assert not any(f.code == "gap_unexpected" for f in rep.findings)
 
 
 def test_front_selection_never_goes_back_on_a_volume_blip(synthetic_raw):
     raw = synthetic_raw[~synthetic_raw["symbol"].str.contains("-")].copy()
     bars = load_bars(raw)
     roll_ts = bars.rolls["ts"].iloc[0].value
-    # after the roll, give the expiring contract one minute of huge volume: it must stay out
-    old = raw[(raw["symbol"] == "ESH4") & (raw["ts_event"] > roll_ts)].index[:1]
+    # a session after the roll's, give the expiring contract one minute of huge volume: it must stay out
+    later = pd.Timestamp(roll_ts, tz="UTC") + pd.Timedelta("1D")
+    old = raw[(raw["symbol"] == "ESH4") & (raw["ts_event"] > later.value)].index[:1]
+    assert len(old) == 1
     raw.loc[old, "volume"] = 10**9
     again = load_bars(raw)
     assert len(again.rolls) == 1
@@ -197,3 +200,38 @@ def test_errors_raise_typed_exceptions(tmp_path):
         load_bars(tmp_path / "missing.csv")
     with pytest.raises(DataError, match="high < low"):
         load_bars(_bad("high_below_low", tmp_path))
+
+
+def test_mixed_utc_offsets_across_a_dst_change_are_converted(tmp_path):
+    # 2024-03-10 02:00 America/Chicago: the offset changes from -06:00 to -05:00 mid-file
+    local = pd.date_range("2024-03-10 01:50", periods=10, freq="min", tz="America/Chicago")
+    local = local.append(pd.date_range("2024-03-10 03:00", periods=10, freq="min", tz="America/Chicago"))
+    df = simple_frame(20).reset_index(drop=True)
+    df.insert(0, "timestamp", [t.isoformat() for t in local])
+    path = tmp_path / "dst.csv"
+    df.to_csv(path, index=False)
+    assert "-06:00" in path.read_text() and "-05:00" in path.read_text()
+    bars = load_bars(path)
+    assert (bars.ts == local.tz_convert("UTC").as_unit("ns").asi8).all()
+    assert np.diff(bars.ts)[9] == 60 * 10**9  # 01:59 CST -> 03:00 CDT is one minute
+
+
+def test_time_column_forms_and_a_file_without_volume(tmp_path):
+    df = simple_frame(30)
+    out = df.drop(columns="volume")
+    out.index = out.index.tz_localize(None)
+    out.index.name = "timestamp_utc"
+    path = tmp_path / "quotes.csv.gz"
+    out.to_csv(path)
+    bars = load_bars(path, naive_tz="America/New_York")  # a column named *_utc is UTC whatever naive_tz says
+    assert (bars.ts == df.index.asi8).all()
+    assert not bars.has_volume and bars.frame["volume"].isna().all()
+    assert any(w.code == "no_volume" for w in bars.report.warnings)
+
+
+def test_symbols_without_instrument_ids_are_separate_contracts():
+    df = simple_frame(40).reset_index()
+    df["symbol"] = ["ESH4"] * 20 + ["ESM4"] * 20
+    bars = load_bars(df)
+    assert bars.frame["instrument_id"].nunique() == 2 and len(bars.rolls) == 1
+    assert bars.rolls.iloc[0]["to_symbol"] == "ESM4" and bars.market.name == "ES"

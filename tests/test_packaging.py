@@ -14,7 +14,7 @@ def test_wheel_contains_config_and_finds_it(tmp_path):
     assert p.returncode == 0, p.stderr
     (wheel,) = tmp_path.glob("workbench-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
-    assert {"workbench/_config/markets/es.toml", "workbench/_config/markets/generic.toml",
+    assert {"workbench/_config/markets/cme.toml", "workbench/_config/markets/generic.toml",
             "workbench/_config/training/dqn.toml", "workbench/_config/training/dqn-hyperopt.toml",
             "workbench/agent/trainer.py", "workbench/hyperopt/search.py", "workbench/cli.py"} <= names
     site = tmp_path / "site"

@@ -7,6 +7,17 @@ Layouts recognised (column names are matched case-insensitively):
   ``instrument_id``. Integer prices are scaled by 1e-9 only in this layout.
 - pandas-written files: a DatetimeIndex (or a ``ts``/``timestamp``/``datetime``/``date``/``time`` column).
 - backtesting.py CSV: ``,Open,High,Low,Close,Volume`` with the dates in the first, unnamed column.
+- Databento DBN (``.dbn``, ``.dbn.zst``, ohlcv-* schemas) through Databento's own library, the optional
+  extra ``workbench[databento]``: read into the same frame as a raw DBN parquet export, symbols mapped.
+
+The time column is the first of :data:`TIME_NAMES` present, else a column named like one of them with a
+suffix or prefix (``timestamp_utc``, ``open_time``); naive times in a column whose name says ``utc``
+are UTC whatever ``naive_tz`` says. Text times with different UTC offsets (a DST change written as
+``-05:00`` then ``-04:00``) are each converted to UTC.
+
+Volume is optional: a file without it (FX quotes) gets NaN volume, which the volume features and the
+front-month choice notice. ``open_interest`` (or ``oi``) is kept where present. Without an
+``instrument_id`` column each distinct symbol is its own instrument.
 
 Order flow: ``buy_volume``/``sell_volume`` are used as they are; ``ask_volume``/``bid_volume`` (volume
 traded at the ask is buyer-initiated) are mapped to buy/sell.
@@ -16,6 +27,7 @@ datetimes are taken to be in ``naive_tz`` (UTC by default).
 """
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -25,15 +37,46 @@ from .errors import DataError, MissingInputError
 
 PRICE_COLUMNS = ("open", "high", "low", "close")
 TIME_NAMES = ("ts_event", "ts", "timestamp", "datetime", "date", "time", "ts_recv")
+OI_ALIASES = ("open_interest", "openinterest", "oi")
 FLOW_ALIASES = {"buy_volume": "buy_volume", "sell_volume": "sell_volume", "buyvolume": "buy_volume",
                 "sellvolume": "sell_volume", "ask_volume": "buy_volume", "bid_volume": "sell_volume"}
 
 
+def is_dbn(path: str | Path) -> bool:
+    name = Path(path).name.lower()
+    return name.endswith(".dbn") or name.endswith(".dbn.zst")
+
+
+def _read_dbn(p: Path) -> pd.DataFrame:
+    try:
+        import databento
+    except ImportError:
+        raise DataError(f"cannot read {p}: DBN files are read with Databento's library, which is not installed",
+                        'pip install "workbench[databento]"') from None
+    try:
+        store = databento.DBNStore.from_file(p)
+        schema = str(store.schema or "")
+        if not schema.startswith("ohlcv"):
+            raise DataError(f"cannot use {p}: its DBN schema is '{schema or 'mixed'}', not bars",
+                            "download an ohlcv-1s, ohlcv-1m, ohlcv-1h or ohlcv-1d schema")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the library's own pandas deprecation notices
+            df = store.to_df(price_type="fixed", pretty_ts=False, map_symbols=True)
+    except DataError:
+        raise
+    except Exception as exc:  # the library raises its own types for a corrupt or foreign file
+        raise DataError(f"cannot read {p}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
+                        "is it a valid DBN file?") from exc
+    return df.reset_index()
+
+
 def read_table(path: str | Path) -> pd.DataFrame:
-    """Read a parquet file, a parquet directory dataset, or a CSV file."""
+    """Read a parquet file, a parquet directory dataset, a CSV file or a Databento DBN file."""
     p = Path(path)
     if not p.exists():
         raise MissingInputError(f"no such file or directory: {p}")
+    if is_dbn(p):
+        return _read_dbn(p)
     try:
         if p.is_dir() or p.suffix.lower() in (".parquet", ".pq"):
             return pd.read_parquet(p)
@@ -43,7 +86,8 @@ def read_table(path: str | Path) -> pd.DataFrame:
     except Exception as exc:  # pyarrow / pandas raise many types for a corrupt file
         raise DataError(f"cannot read {p}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
                         "is it a valid parquet or CSV file?") from exc
-    raise DataError(f"cannot read {p}: unknown file type '{p.suffix}'", "use .parquet, a parquet directory, or .csv")
+    raise DataError(f"cannot read {p}: unknown file type '{p.suffix}'",
+                    "use .parquet, a parquet directory, .csv, .csv.gz or Databento's .dbn / .dbn.zst")
 
 
 def _to_utc_ns(values: pd.Series | pd.Index, naive_tz: str, column: str) -> np.ndarray:
@@ -53,8 +97,14 @@ def _to_utc_ns(values: pd.Series | pd.Index, naive_tz: str, column: str) -> np.n
         scale = 1 if mag > 1e17 else 1_000 if mag > 1e14 else 1_000_000 if mag > 1e11 else 1_000_000_000
         return v * scale
     try:
-        ts = pd.to_datetime(values, utc=False, format="mixed") if not isinstance(
-            values.dtype, pd.DatetimeTZDtype) and not pd.api.types.is_datetime64_any_dtype(values.dtype) else values
+        ts = values
+        if not isinstance(values.dtype, pd.DatetimeTZDtype) and not pd.api.types.is_datetime64_any_dtype(values.dtype):
+            try:
+                ts = pd.to_datetime(values, utc=False, format="mixed")
+            except ValueError as exc:
+                if "mixed time" not in str(exc).lower():
+                    raise
+                ts = pd.to_datetime(values, utc=True, format="mixed")  # offsets differ (DST): each one to UTC
     except (ValueError, TypeError) as exc:
         raise DataError(f"column '{column}' has values that are not timestamps: {exc}") from exc
     idx = pd.DatetimeIndex(ts)
@@ -68,6 +118,17 @@ def _to_utc_ns(values: pd.Series | pd.Index, naive_tz: str, column: str) -> np.n
     return out
 
 
+def _time_column(columns: list[str]) -> str | None:
+    exact = next((c for c in TIME_NAMES if c in columns), None)
+    if exact is not None:
+        return exact
+    for c in columns:
+        parts = [t for t in str(c).replace("-", "_").replace(" ", "_").split("_") if t]
+        if parts and (parts[0] in TIME_NAMES or parts[-1] in TIME_NAMES):
+            return c
+    return None
+
+
 def canonical_frame(raw: pd.DataFrame, naive_tz: str = "UTC") -> tuple[pd.DataFrame, str]:
     """Return (frame with ``ts`` int64 UTC ns + lower-case columns + ``_row``, layout name)."""
     df = raw
@@ -77,7 +138,7 @@ def canonical_frame(raw: pd.DataFrame, naive_tz: str = "UTC") -> tuple[pd.DataFr
         layout = "datetime-index"
     df = df.rename(columns={c: str(c).strip().lower() for c in df.columns})
     first = df.columns[0] if len(df.columns) else None
-    time_col = next((c for c in TIME_NAMES if c in df.columns), None)
+    time_col = _time_column(list(df.columns))
     if time_col is None and first is not None and (first == "" or first.startswith("unnamed")):
         time_col, layout = first, "backtesting.py"
     if "ts_event" in df.columns:
@@ -85,20 +146,26 @@ def canonical_frame(raw: pd.DataFrame, naive_tz: str = "UTC") -> tuple[pd.DataFr
     df = df.rename(columns={k: v for k, v in FLOW_ALIASES.items() if k in df.columns})
     if time_col is None:
         raise DataError("missing timestamp column", f"expected one of {', '.join(TIME_NAMES)} or a datetime index")
-    missing = [c for c in (*PRICE_COLUMNS, "volume") if c not in df.columns]
+    missing = [c for c in PRICE_COLUMNS if c not in df.columns]
     if missing:
         raise DataError(f"missing columns: {', '.join(missing)}",
                         f"found {', '.join(map(str, df.columns))}")
     out = pd.DataFrame({"_row": np.arange(len(df), dtype=np.int64)})
-    out["ts"] = _to_utc_ns(df[time_col], naive_tz, time_col) if len(df) else np.zeros(0, np.int64)
+    tz = "UTC" if "utc" in str(time_col) else naive_tz
+    out["ts"] = _to_utc_ns(df[time_col], tz, time_col) if len(df) else np.zeros(0, np.int64)
     for c in (*PRICE_COLUMNS, "volume", "buy_volume", "sell_volume"):
         if c in df.columns:
             out[c] = df[c].to_numpy()
-    out["symbol"] = df["symbol"].astype(str).to_numpy() if "symbol" in df.columns else ""
+    if "volume" not in df.columns:
+        out["volume"] = np.nan  # quotes without volume: the volume features are left out
+    oi = next((c for c in OI_ALIASES if c in df.columns), None)
+    if oi is not None:
+        out["open_interest"] = pd.to_numeric(df[oi], errors="coerce").to_numpy(dtype=np.float64)
+    out["symbol"] = df["symbol"].astype(str).str.strip().to_numpy() if "symbol" in df.columns else ""
     if "instrument_id" in df.columns:
         out["instrument_id"] = pd.to_numeric(df["instrument_id"], errors="coerce").fillna(-1).astype(np.int64).to_numpy()
-    else:
-        out["instrument_id"] = np.int64(0)
+    else:  # each distinct symbol is one instrument
+        out["instrument_id"] = pd.factorize(out["symbol"])[0].astype(np.int64)
     if layout == "databento":
         for c in PRICE_COLUMNS:
             if pd.api.types.is_integer_dtype(out[c].dtype):

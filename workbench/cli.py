@@ -18,6 +18,24 @@ def add_executor_args(p: argparse.ArgumentParser) -> None:
                         "'local' starts one on this host (one worker per GPU, or --workers N)")
 
 
+def add_data_args(p: argparse.ArgumentParser) -> None:
+    """``--symbol``, the same on every CLI that reads bars."""
+    p.add_argument("--symbol", metavar="ROOT|CONTRACT",
+                   help="the product to run on when the file holds several (e.g. NQ, or one contract: NQU4); "
+                        "names the product of a file without symbols (data.symbol)")
+
+
+def data_overrides(args) -> list[str]:
+    """``--set`` overrides from the data flags."""
+    return [f'data.symbol="{args.symbol}"'] if getattr(args, "symbol", None) else []
+
+
+def print_notes(notes, stream=None) -> None:
+    """What was read and chosen, one line each on stderr: ``workbench: <level>: <line>``."""
+    for level, line in notes:
+        print(f"workbench: {level}: {line}", file=stream or sys.stderr, flush=True)
+
+
 def executor_from_args(args, device: str):
     from .executor import make_executor
 

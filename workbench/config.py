@@ -22,9 +22,25 @@ from .agent.train_config import TrainConfig  # noqa: E402
 
 @dataclass(frozen=True)
 class DataConfig:
-    market: str = _f("auto", "market spec name (config/markets/*.toml) or 'auto' to match the symbol")
+    market: str = _f("auto", "market spec: 'auto' (matched by the symbol root), a root in config/markets "
+                     "('ES', 'GC'), 'generic', or a TOML file")
+    symbol: str = _f("", "the product to run on (a root like 'NQ' or a contract like 'NQU4'); needed when a "
+                     "file holds several products, names the product of a file without symbols")
     naive_tz: str = _f("UTC", "time zone assumed for timestamps that carry none")
     unsorted: str = _f("sort", "'sort' (stable sort, with a warning) or 'refuse' unsorted input")
+
+
+@dataclass(frozen=True)
+class MarketTerms:
+    point_value: float = _f(-1.0, "USD per point per contract (-1 = the market spec's)")
+    tick_size: float = _f(-1.0, "minimum price increment in points (-1 = the spec's)")
+    commission_per_side: float = _f(-1.0, "USD per contract per side (-1 = the spec's assumption)")
+    commission_bps: float = _f(-1.0, "basis points of notional per side (-1 = the spec's)")
+    slippage_ticks: float = _f(-1.0, "ticks paid on every market order (-1 = the spec's)")
+
+    def overrides(self) -> dict[str, float]:
+        """The terms set in this run (every value that is not -1)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if getattr(self, f.name) != -1.0}
 
 
 @dataclass(frozen=True)
@@ -39,9 +55,10 @@ class FeatureConfig:
 @dataclass(frozen=True)
 class SplitConfig:
     scheme: str = _f("rolling", "'rolling' (fixed-length train) or 'anchored' (expanding train)")
-    train: str = _f("20000", "train length: bars ('20000') or a duration ('14D', '36h')")
-    val: str = _f("6000", "validation length: bars or a duration")
-    test: str = _f("6000", "test length: bars or a duration")
+    train: str = _f("auto", "train length: 'auto' (fitted to the data, see workbench.splits), bars ('20000') or a "
+                    "duration ('14D', '36h')")
+    val: str = _f("auto", "validation length: 'auto', bars or a duration")
+    test: str = _f("auto", "test length: 'auto', bars or a duration")
     step: str = _f("", "distance between fold starts; empty = test length + embargo")
     purge: str = _f("auto", "bars dropped before val and test; 'auto' = feature look-back + horizon")
     embargo: int = _f(60, "bars skipped after each test range before the next test range (test ranges never touch)")
@@ -74,6 +91,7 @@ class GpuOverrides:
 class RunConfig:
     seed: int = _f(0, "seed of every random choice in the run")
     data: DataConfig = _f(DataConfig(), "how bars are read")
+    market: MarketTerms = _f(MarketTerms(), "overrides of the market spec's contract terms and cost assumptions")
     features: FeatureConfig = _f(FeatureConfig(), "causal feature set")
     splits: SplitConfig = _f(SplitConfig(), "walk-forward folds")
     backtest: BacktestConfig = _f(BacktestConfig(), "accounting")
@@ -227,6 +245,11 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         g = cfg.gpu
         if min(g.hidden, g.atoms, g.batch, g.n_envs) < 0 or g.atoms == 1 or g.atoms > 128:
             raise ConfigError("gpu overrides must be >= 0 (0 = the profile's value) and atoms in [2, 128]")
+        for key, value in cfg.market.overrides().items():
+            positive = key in ("point_value", "tick_size")
+            if not (value == value and abs(value) != float("inf") and (value > 0 if positive else value >= 0)):
+                raise ConfigError(f"config key 'market.{key}' must be a finite number {'> 0' if positive else '>= 0'} "
+                                  f"(or -1 for the market spec's value), got {value!r}")
         if cfg.device not in ("auto", "gpu", "cpu"):
             raise ConfigError(f"device must be 'auto', 'gpu' or 'cpu', got {cfg.device!r}")
     return cfg

@@ -9,6 +9,7 @@ import dataclasses
 import time
 import traceback
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -19,16 +20,30 @@ from .agent.fold import run_dqn_fold
 from .baselines import STRATEGIES, baseline_targets
 from .config import RunConfig, to_toml
 from .dashboard import resolve_progress
-from .data import Bars, load_bars
+from .data import Bars, bars_for
 from .errors import ConfigError, WorkbenchError
 from .executor import InlineExecutor, WorkerLost, resolve
-from .features import build_features
-from .markets import load_market
+from .features import Features, build_features
+from .markets import MarketSpec
 from .results import FoldResult, WalkForwardResult
 from .rundir import RunDir
 from .splits import walk_forward_splits
 
 ALL_STRATEGIES = ("dqn", *STRATEGIES)
+
+
+class Prepared(NamedTuple):
+    """What every fold shares: the bars, their market, the features and the folds."""
+
+    bars: Bars
+    spec: MarketSpec
+    feats: Features
+    folds: "object"  # pandas DataFrame of the folds (workbench.splits)
+
+    def notes(self) -> list[tuple[str, str]]:
+        """(level, line) for stderr: what was read, the market and why, one line per kind of warning, the
+        split sizes."""
+        return [*self.bars.report.lines(), ("splits", self.folds.attrs.get("sizing", f"{len(self.folds)} folds"))]
 
 
 def _range_text(folds, k: int, part: str) -> str:
@@ -69,7 +84,7 @@ def worker_context(cfg: RunConfig, bars):
     bars = resolve(bars)
     key = (id(bars), repr(cfg.data), repr(cfg.features), repr(cfg.splits))
     if _WORKER_CACHE.get("prep_key") != key:
-        _WORKER_CACHE["prep_key"], _WORKER_CACHE["prep"] = key, WalkForward(cfg)._prepare(bars)
+        _WORKER_CACHE["prep_key"], _WORKER_CACHE["prep"] = key, WalkForward(cfg).prepare(bars)
         _WORKER_CACHE["bars"] = bars  # keeps id(bars) from being reused while cached
     backend = None
     if cfg.strategy.name == "dqn":
@@ -101,7 +116,8 @@ class WalkForward:
 
         Parameters
         ----------
-        bars : Bars, or a path that :func:`workbench.data.load_bars` reads (validated on load).
+        bars : Bars, a path that :func:`workbench.data.load_bars` reads (validated on load), or what
+            :meth:`prepare` returned.
         progress : ``"auto"`` (default: a table updated in place inside a Jupyter kernel, silent
             elsewhere), ``"notebook"``, ``"live"``, ``"plain"``, ``"none"``/``None``, or an object with the
             dashboard interface (``workbench.dashboard``).
@@ -118,7 +134,7 @@ class WalkForward:
         agent = cfg.strategy.name == "dqn"
         here = executor.live_progress  # folds run in this process (else in workers, which build their own)
         backend = make_backend(cfg.device) if agent and here else None
-        bars, spec, feats, folds = self._prepare(bars)
+        bars, spec, feats, folds = self.prepare(bars)
         if run_dir is not None and run_dir.resume:
             saved = (run_dir.path / "config.toml").read_text()
             if saved != to_toml(cfg):
@@ -210,19 +226,22 @@ class WalkForward:
             run_dir.write_json(f"fold_{k:03d}_error.json", {"fold": k, "error": res.error,
                                                             "traceback": getattr(res, "traceback", "")})
 
-    def _prepare(self, bars):
+    def prepare(self, bars: "Bars | str | Path | Prepared") -> Prepared:
+        """Load (with the config's ``[data]`` and ``[market]``), build the features and lay out the folds.
+        ``Prepared.notes()`` says what was chosen: the market and why, rolls, gaps, the split sizes."""
+        if isinstance(bars, Prepared):
+            return bars
         cfg = self.config
-        if not isinstance(bars, Bars):
-            bars = load_bars(bars, market=cfg.data.market, naive_tz=cfg.data.naive_tz, unsorted=cfg.data.unsorted)
-        spec = bars.market if cfg.data.market == "auto" else load_market(cfg.data.market)
+        bars = bars_for(bars, cfg)
         feats = build_features(bars, cfg.features)
         folds = walk_forward_splits(bars.ts, cfg.splits, feats.max_lookback, feats.warmup)
-        return bars, spec, feats, folds
+        return Prepared(bars, bars.market, feats, folds)
 
     def folds(self, bars: Bars | str | Path):
         """The folds this config makes of ``bars`` (bar ranges and timestamps of train / validation / test,
-        with the purge and embargo gaps), without running anything."""
-        return self._prepare(bars)[3]
+        with the purge and embargo gaps), without running anything; ``folds.attrs["sizing"]`` says how
+        their sizes were chosen."""
+        return self.prepare(bars).folds
 
     def _run_fold(self, k, folds, bars, feats, spec, ranges) -> FoldResult:
         cfg = self.config

@@ -6,7 +6,8 @@ the return is ``log(close / open)`` of that bar, so the calendar spread is not a
 
 Features (windows from :class:`~workbench.config.FeatureConfig`):
 ``ret_h`` sum of one-bar log returns over h bars; ``vol_w`` their standard deviation over w bars;
-``range_w`` mean of log(high / low) over w bars; ``volz_w`` z-score of log(1 + volume) over w bars;
+``range_w`` mean of log(high / low) over w bars; ``volz_w`` z-score of log(1 + volume) over w bars
+(left out when the file has no volume);
 ``ofi_w`` (buy - sell) / (buy + sell) volume over w bars, where the source had order flow;
 ``tod_sin/tod_cos`` time of day and ``dow_sin/dow_cos`` day of week, in exchange time;
 ``session_age`` minutes since the session opened (first bar after a gap of 30 minutes or more) / 1380.
@@ -67,10 +68,11 @@ def build_features(bars: Bars, cfg: FeatureConfig = FeatureConfig()) -> Features
         cols[f"vol_{w}"] = (r.rolling(w, min_periods=w).std().to_numpy(), w)
     hl = pd.Series(np.log(bars.column("high") / bars.column("low")))
     cols[f"range_{cfg.range_window}"] = (hl.rolling(cfg.range_window).mean().to_numpy(), cfg.range_window - 1)
-    lv = pd.Series(np.log1p(bars.column("volume")))
-    w = cfg.volume_window
-    sd = lv.rolling(w).std().to_numpy()
-    cols[f"volz_{w}"] = ((lv.to_numpy() - lv.rolling(w).mean().to_numpy()) / np.where(sd > 0, sd, 1.0), w - 1)
+    if bars.has_volume:  # quotes without volume (FX) have no volume feature
+        lv = pd.Series(np.log1p(bars.column("volume")))
+        w = cfg.volume_window
+        sd = lv.rolling(w).std().to_numpy()
+        cols[f"volz_{w}"] = ((lv.to_numpy() - lv.rolling(w).mean().to_numpy()) / np.where(sd > 0, sd, 1.0), w - 1)
     if bars.has_order_flow:
         buy, sell = pd.Series(bars.column("buy_volume")), pd.Series(bars.column("sell_volume"))
         for w in cfg.ofi_windows:

@@ -1,23 +1,44 @@
-"""Contract specifications (``config/markets/*.toml``) and how a data set is matched to one."""
+"""Contract specifications (``config/markets/*.toml``), matched to a data set by product root, and the
+generic spec derived from the data when no contract matches.
+
+A market file is either one flat spec (the keys of :class:`MarketSpec`; ``roots`` says which symbol
+roots it matches) or a table per product (``[ES]``, ``[NQ]``, ...; the table name is the root) with an
+optional ``[defaults]`` table that every product shares (``config/markets/cme.toml``).
+
+Generic instruments (FX, crypto, equities, an unknown future): the tick is inferred from the data's
+price increments (:func:`infer_tick`), and one unit of position is ``10^k`` of the instrument with k
+chosen so that a unit's notional at the median price is nearest :data:`UNIT_NOTIONAL_USD`; the costs
+(``config/markets/generic.toml``) are a percentage of notional plus one tick. Prices are taken to be
+in USD.
+"""
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
+import math
 from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
 
 from . import config as _config
 from ._fields import _f
 from .errors import ConfigError
 from .resources import config_dir
 
+UNIT_NOTIONAL_USD = 100_000.0
+TICK_FIT_SHARE = 0.99  # an inferred tick must put this share of the distinct prices on its grid
+OVERRIDABLE = ("point_value", "tick_size", "commission_per_side", "commission_bps", "slippage_ticks")
+
 
 @dataclass(frozen=True)
 class MarketSpec:
     """One market's contract terms; all money in USD, all prices in the quote's points."""
 
-    name: str = _f("GENERIC", "short name")
+    name: str = _f("GENERIC", "short name (the product root for futures)")
     description: str = _f("", "human-readable name")
-    symbol_prefixes: tuple[str, ...] = _f((), "symbols starting with one of these match")
-    point_value: float = _f(1.0, "USD per point per contract")
+    roots: tuple[str, ...] = _f((), "symbol roots this spec matches (a product table's name is its root)")
+    point_value: float = _f(1.0, "USD per point per contract (the multiplier)")
     tick_size: float = _f(0.01, "minimum price increment in points")
     commission_per_side: float = _f(0.0, "USD per contract per side")
     commission_bps: float = _f(0.0, "basis points of notional per side")
@@ -32,11 +53,35 @@ class MarketSpec:
     def slippage_points(self) -> float:
         return self.slippage_ticks * self.tick_size
 
+    @property
+    def generic(self) -> bool:
+        return self.name == "GENERIC"
+
     def day_end_offset(self) -> dt.timedelta:
         """Shift that maps exchange local time to its trading date: date(local + offset)."""
         hh, mm = _parse_hhmm(self.day_end, "day_end")
         end = dt.timedelta(hours=hh, minutes=mm)
         return dt.timedelta(0) if end == dt.timedelta(0) else dt.timedelta(hours=24) - end
+
+    def terms(self) -> str:
+        """One line of the economics: multiplier, tick and its value, costs."""
+        unit = "unit" if self.generic else "contract"
+        costs = []
+        if self.commission_per_side:
+            costs.append(f"${self.commission_per_side:,.2f}/{unit}/side")
+        if self.commission_bps:
+            costs.append(f"{self.commission_bps:g} bp of notional/side")
+        costs.append(f"{self.slippage_ticks:g} tick slippage on market orders")
+        return (f"${number(self.point_value)} per point per {unit}, tick {number(self.tick_size)} "
+                f"(${number(self.point_value * self.tick_size, 2)}), costs " + " + ".join(costs))
+
+
+def number(x: float, decimals: int = 0) -> str:
+    """A number without exponent or float noise: 0.00005, 125,000, 12.50 (at least ``decimals`` places)."""
+    text = np.format_float_positional(float(f"{x:.10g}"), trim="-")
+    whole, _, frac = text.partition(".")
+    frac = frac.ljust(decimals, "0") if frac or decimals else frac
+    return f"{int(whole):,}" + (f".{frac}" if frac else "") if whole.lstrip("-").isdigit() else text
 
 
 def _parse_hhmm(text: str, key: str) -> tuple[int, int]:
@@ -52,11 +97,13 @@ def _parse_hhmm(text: str, key: str) -> tuple[int, int]:
 
 def _validate(spec: MarketSpec, source: str) -> MarketSpec:
     for key in ("point_value", "tick_size"):
-        if not getattr(spec, key) > 0:
-            raise ConfigError(f"market {source}: '{key}' must be > 0, got {getattr(spec, key)}")
+        value = getattr(spec, key)
+        if not (math.isfinite(value) and value > 0):
+            raise ConfigError(f"market {source}: '{key}' must be a finite number > 0, got {value}")
     for key in ("commission_per_side", "commission_bps", "slippage_ticks"):
-        if getattr(spec, key) < 0:
-            raise ConfigError(f"market {source}: '{key}' must be >= 0, got {getattr(spec, key)}")
+        value = getattr(spec, key)
+        if not (math.isfinite(value) and value >= 0):
+            raise ConfigError(f"market {source}: '{key}' must be a finite number >= 0, got {value}")
     if spec.commission_per_side == 0 and spec.commission_bps == 0 and spec.slippage_ticks == 0:
         raise ConfigError(f"market {source}: every cost is zero", "costs are always on; set a commission or slippage")
     if bool(spec.halt_start) != bool(spec.halt_end):
@@ -68,29 +115,121 @@ def _validate(spec: MarketSpec, source: str) -> MarketSpec:
     return spec
 
 
+def _build(values: dict, source: str) -> MarketSpec:
+    return _validate(_config.build(MarketSpec, values, prefix="market."), source)
+
+
+def _specs_in(path: Path) -> list[MarketSpec]:
+    """Every spec a market file holds: one flat spec, or a table per product plus ``[defaults]``."""
+    data = _config.read_toml(path)
+    tables = {k: v for k, v in data.items() if isinstance(v, dict) and k != "defaults"}
+    if not tables:
+        return [_build(data, str(path))]
+    shared = data.get("defaults", {})
+    out = []
+    for name, values in tables.items():
+        merged = {"name": name, "roots": [name], **shared, **values}
+        out.append(_build(merged, f"{path}[{name}]"))
+    return out
+
+
+def futures_specs() -> dict[str, MarketSpec]:
+    """Every shipped (or ``WORKBENCH_CONFIG_DIR``) futures spec by upper-case root."""
+    out: dict[str, MarketSpec] = {}
+    for path in sorted((config_dir() / "markets").glob("*.toml")):
+        if path.stem == "generic":
+            continue
+        for spec in _specs_in(path):
+            for root in spec.roots or (spec.name,):
+                out.setdefault(root.upper(), spec)
+    return out
+
+
 def load_market(name_or_path: str) -> MarketSpec:
-    """Load a spec by name (``es``, ``MES``, ``generic``) or from a TOML path."""
-    path = config_dir() / "markets" / f"{name_or_path.lower()}.toml"
-    if name_or_path.endswith(".toml"):
-        from pathlib import Path
-
+    """A futures spec by name (``es``, ``NQ``, any case) or from a TOML file holding one flat spec.
+    ``generic`` is the generic template (costs only: its point value and tick come from the data,
+    see :func:`generic_spec`)."""
+    if str(name_or_path).endswith(".toml"):
         path = Path(name_or_path)
-    if not path.is_file():
-        known = ", ".join(sorted(p.stem for p in (config_dir() / "markets").glob("*.toml")))
-        raise ConfigError(f"unknown market '{name_or_path}'", f"known markets: {known}")
-    spec = _config.build(MarketSpec, _config.read_toml(path), prefix="market.")
-    return _validate(spec, str(path))
+        if not path.is_file():
+            raise ConfigError(f"market file not found: {path}")
+        specs = _specs_in(path)
+        if len(specs) != 1:
+            raise ConfigError(f"market file {path} holds {len(specs)} specs", "name one of them instead: "
+                              + ", ".join(s.name for s in specs))
+        return specs[0]
+    if str(name_or_path).lower() == "generic":
+        return _build(_config.read_toml(config_dir() / "markets" / "generic.toml"), "generic.toml")
+    specs = futures_specs()
+    spec = specs.get(str(name_or_path).upper())
+    if spec is None:
+        raise ConfigError(f"unknown market '{name_or_path}'", f"known markets: {', '.join(sorted(specs))}, generic, "
+                          "or a TOML file")
+    return spec
 
 
-def all_markets() -> list[MarketSpec]:
-    return [load_market(p.stem) for p in sorted((config_dir() / "markets").glob("*.toml"))]
+def match_root(root: str) -> MarketSpec | None:
+    """The futures spec of a product root (``ES``), or ``None``."""
+    return futures_specs().get(str(root).upper())
 
 
-def match_market(symbols: list[str]) -> MarketSpec:
-    """The spec whose longest prefix matches the data's symbols; generic when none does."""
-    best, best_len = None, 0
-    for spec in all_markets():
-        for prefix in spec.symbol_prefixes:
-            if symbols and all(s.upper().startswith(prefix.upper()) for s in symbols) and len(prefix) > best_len:
-                best, best_len = spec, len(prefix)
-    return best or load_market("generic")
+def infer_tick(prices: np.ndarray) -> tuple[float, bool]:
+    """(tick, found): the largest ``m x 10^e`` (m in 1, 2, 2.5, 5) that puts at least 99 % of the distinct
+    prices on its grid, at most 1 % of the median price. ``found`` is false when no grid finer than a
+    millionth of the price fits (prices computed rather than traded); the tick is then 10^-4 of the
+    median price's order of magnitude."""
+    p = np.unique(np.asarray(prices, dtype=np.float64))
+    p = p[np.isfinite(p) & (p > 0)]
+    if len(p) == 0:
+        return 0.01, False
+    if len(p) > 200_000:
+        p = p[np.linspace(0, len(p) - 1, 200_000).astype(np.int64)]
+    med = float(np.median(p))
+    top = math.floor(math.log10(med * 0.01))
+    for e in range(top, top - 12, -1):
+        for m in (5.0, 2.5, 2.0, 1.0):
+            q = m * 10.0 ** e
+            if q > med * 0.01 or q < med * 1e-6:
+                continue
+            x = p / q
+            if np.mean(np.abs(x - np.round(x)) < 1e-3) >= TICK_FIT_SHARE:
+                return float(f"{q:.12g}"), True
+    return 10.0 ** (math.floor(math.log10(med)) - 4), False
+
+
+def off_grid_share(prices: np.ndarray, tick: float) -> float:
+    """Share of the distinct prices that are not a multiple of ``tick``."""
+    p = np.unique(np.asarray(prices, dtype=np.float64))
+    p = p[np.isfinite(p)]
+    if len(p) == 0:
+        return 0.0
+    x = p / tick
+    return float(np.mean(np.abs(x - np.round(x)) > 1e-3))
+
+
+def generic_spec(prices: np.ndarray, label: str = "") -> tuple[MarketSpec, str]:
+    """The generic spec for these prices and one line saying how it was derived."""
+    base = load_market("generic")
+    tick, found = infer_tick(prices)
+    finite = np.asarray(prices, dtype=np.float64)
+    med = float(np.median(finite[np.isfinite(finite) & (finite > 0)])) if len(finite) else 1.0
+    point_value = 10.0 ** round(math.log10(UNIT_NOTIONAL_USD / med))
+    spec = dataclasses.replace(base, description=f"generic instrument{' ' + label if label else ''}",
+                               point_value=float(point_value), tick_size=tick)
+    how = (f"tick {number(tick)} inferred from the price increments" if found else
+           f"no price grid found in the data: tick set to {number(tick)} (about {tick / med * 1e4:.2g} bp)")
+    note = (f"1 unit = {number(point_value)} of the instrument (notional ~${point_value * med:,.0f} at the median "
+            f"price {med:.6g}, prices taken as USD); {how}")
+    return spec, note
+
+
+def apply_overrides(spec: MarketSpec, overrides: dict) -> MarketSpec:
+    """``spec`` with the given terms replaced (keys of :data:`OVERRIDABLE`), validated again."""
+    bad = set(overrides) - set(OVERRIDABLE)
+    if bad:
+        raise ConfigError(f"market terms that cannot be overridden: {', '.join(sorted(bad))}",
+                          f"overridable: {', '.join(OVERRIDABLE)}")
+    if not overrides:
+        return spec
+    return _validate(dataclasses.replace(spec, **{k: float(v) for k, v in overrides.items()}),
+                     f"{spec.name} with --set market.*")

@@ -23,5 +23,5 @@ def config_dir() -> Path:
 
 
 def config_file(*parts: str) -> Path:
-    """Path of one shipped TOML file, e.g. ``config_file("markets", "es.toml")``."""
+    """Path of one shipped TOML file, e.g. ``config_file("markets", "cme.toml")``."""
     return config_dir().joinpath(*parts)

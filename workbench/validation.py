@@ -6,8 +6,10 @@ and unsorted input when ``unsorted='refuse'``. Each error carries the number of 
 first few, with their row numbers in the file (0-based data rows).
 
 Warnings (the data is used, the user should know): unsorted input that was sorted (the default: a
-stable sort by timestamp), gaps classified as no-trade minutes, the daily maintenance halt,
-weekends/holidays or unexpected, outlier returns, and contract rolls with their price gap.
+stable sort by timestamp), unexpected gaps, outlier returns, contract rolls with their price gap,
+prices off the spec's tick grid, a file without volume. Notes (``info``): the market spec chosen and
+why, the front-month choice, the expected gaps (no-trade minutes, the daily maintenance halt,
+weekends/holidays). :meth:`ValidationReport.lines` gives one line per kind, for stderr.
 """
 from __future__ import annotations
 
@@ -34,6 +36,7 @@ class Finding:
     message: str
     count: int
     rows: pd.DataFrame = field(default_factory=pd.DataFrame)
+    hint: str = ""
 
     def one_line(self) -> str:
         first = ""
@@ -52,9 +55,13 @@ class ValidationReport:
     bars: int = 0
     spreads_dropped: int = 0
     non_front_dropped: int = 0
+    product: str = ""
+    market_choice: str = ""
+    has_volume: bool = True
     findings: list[Finding] = field(default_factory=list)
     gaps: pd.DataFrame = field(default_factory=pd.DataFrame)
     rolls: pd.DataFrame = field(default_factory=pd.DataFrame)
+    sessions: pd.DataFrame = field(default_factory=pd.DataFrame)
 
     @property
     def errors(self) -> list[Finding]:
@@ -68,10 +75,31 @@ class ValidationReport:
     def ok(self) -> bool:
         return not self.errors
 
-    def add(self, code: str, severity: str, message: str, rows: pd.DataFrame | None = None, count: int | None = None):
+    def add(self, code: str, severity: str, message: str, rows: pd.DataFrame | None = None, count: int | None = None,
+            hint: str = ""):
         rows = rows if rows is not None else pd.DataFrame()
         self.findings.append(Finding(code, severity, message, len(rows) if count is None else count,
-                                     rows.head(FIRST_ROWS).copy()))
+                                     rows.head(FIRST_ROWS).copy(), hint))
+
+    def lines(self) -> list[tuple[str, str]]:
+        """(level, text) for stderr: what was read and kept, then one line per kind of note or warning
+        (the expected gaps together on one line); the full lists stay in the report."""
+        from pathlib import Path
+
+        name = Path(self.source).name if self.source and not self.source.startswith("<") else self.source
+        kept = f"{name}: {self.layout} layout, {self.rows_read:,} rows read, {self.bars:,} bars kept"
+        if self.spreads_dropped:
+            kept += f" ({self.spreads_dropped:,} calendar-spread rows dropped)"
+        out = [("data", kept)]
+        expected = []
+        for f in self.findings:
+            if f.code.startswith("gap_") and f.severity == "info":
+                expected.append(f.message)
+            elif f.severity != "error":
+                out.append(("data" if f.severity == "info" else "warning", f.one_line()))
+        if expected:
+            out.append(("data", "expected gaps: " + ", ".join(expected)))
+        return out
 
     def raise_if_errors(self) -> None:
         if self.errors:
@@ -89,7 +117,12 @@ class ValidationReport:
                 "spreads_dropped": self.spreads_dropped, "non_front_dropped": self.non_front_dropped,
                 "findings": [{"code": f.code, "severity": f.severity, "message": f.message, "count": f.count}
                              for f in self.findings],
-                "rolls": len(self.rolls), "gaps": self.gaps["kind"].value_counts().to_dict() if len(self.gaps) else {}}
+                "product": self.product, "market": self.market_choice, "has_volume": self.has_volume,
+                "rolls": len(self.rolls), "roll_list": [
+                    {"ts": str(r.ts), "from": r.from_symbol, "to": r.to_symbol, "price_gap": float(r.price_gap),
+                     "spread": None if not np.isfinite(r.spread) else float(r.spread)}
+                    for r in self.rolls.itertuples()] if len(self.rolls) else [],
+                "gaps": self.gaps["kind"].value_counts().to_dict() if len(self.gaps) else {}}
 
     def __str__(self) -> str:
         return self.summary()
@@ -102,7 +135,8 @@ class BarsValidationError(DataError):
         errs = report.errors
         head = errs[0].one_line()
         more = f"; and {len(errs) - 1} more error kind(s)" if len(errs) > 1 else ""
-        super().__init__(f"{report.source}: {head}{more}", "see the validation report (workbench.data.validate_bars)")
+        super().__init__(f"{report.source}: {head}{more}",
+                         errs[0].hint or "see the validation report (workbench.data.validate_bars)")
         self.report = report
 
 
@@ -122,10 +156,12 @@ def check_numeric(df: pd.DataFrame, report: ValidationReport, columns: tuple[str
     return df
 
 
-def check_values(df: pd.DataFrame, report: ValidationReport) -> None:
-    """NaN/inf, non-positive prices, OHLC consistency, negative volume."""
+def check_values(df: pd.DataFrame, report: ValidationReport, has_volume: bool = True) -> None:
+    """NaN/inf, non-positive prices, OHLC consistency, negative volume (volume only if the file has it)."""
     px = df[["open", "high", "low", "close"]].to_numpy()
-    nonfinite = ~np.isfinite(px).all(axis=1) | ~np.isfinite(df["volume"].to_numpy())
+    nonfinite = ~np.isfinite(px).all(axis=1)
+    if has_volume:
+        nonfinite |= ~np.isfinite(df["volume"].to_numpy())
     if nonfinite.any():
         report.add("non_finite", "error", f"{int(nonfinite.sum())} rows with NaN or infinite prices/volume", df[nonfinite])
     finite = ~nonfinite
@@ -140,7 +176,7 @@ def check_values(df: pd.DataFrame, report: ValidationReport) -> None:
     if outside.any():
         report.add("ohlc_outside_range", "error", f"{int(outside.sum())} rows with open or close outside [low, high]",
                    df[outside])
-    negvol = finite & (df["volume"].to_numpy() < 0)
+    negvol = finite & (np.nan_to_num(df["volume"].to_numpy()) < 0)
     if negvol.any():
         report.add("negative_volume", "error", f"{int(negvol.sum())} rows with negative volume", df[negvol])
 
@@ -207,7 +243,9 @@ def report_gaps(ts: np.ndarray, spec: MarketSpec, report: ValidationReport) -> N
                                        f"{NO_TRADE_MAX_MIN} min)")):
         sel = gaps[gaps["kind"] == kind]
         if len(sel):
-            report.add(f"gap_{kind}", "warning", f"{len(sel)} {label}", sel.rename(columns={"after": "ts"}))
+            first = f" (first after {sel['after'].iloc[0]:%Y-%m-%d %H:%M} UTC)" if kind == "unexpected" else ""
+            report.add(f"gap_{kind}", "warning" if kind == "unexpected" else "info", f"{len(sel)} {label}{first}",
+                       sel.rename(columns={"after": "ts"}))
 
 
 def report_outliers(df: pd.DataFrame, roll_mask: np.ndarray, report: ValidationReport) -> None:

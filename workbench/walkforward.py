@@ -17,15 +17,18 @@ from rich.table import Table
 
 from .config import describe, load_config
 from .dashboard import make_progress
+from .data import bars_for
 from .engine import ALL_STRATEGIES, WalkForward
-from .cli import Parser, add_executor_args, executor_from_args, run_guarded
+from .cli import Parser, add_data_args, add_executor_args, data_overrides, executor_from_args, print_notes, run_guarded
 from .errors import UsageError
 from .rundir import RunDir, dumps
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = Parser(prog="python -m workbench.walkforward", description=__doc__.split("\n")[0])
-    p.add_argument("data", nargs="?", help="bars: parquet file or directory, or CSV")
+    p.add_argument("data", nargs="?", help="bars: parquet file or directory, CSV (.csv, .csv.gz), or Databento DBN "
+                                           "(.dbn, .dbn.zst)")
+    add_data_args(p)
     p.add_argument("--strategy", choices=ALL_STRATEGIES,
                    help="dqn (the agent, default) or a rule baseline: buy-and-hold, momentum")
     p.add_argument("--device", choices=("auto", "gpu", "cpu"), help="where the agent trains (default auto: GPU if present)")
@@ -77,7 +80,7 @@ def _print_results(result, console: Console) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    overrides = list(args.set)
+    overrides = list(args.set) + data_overrides(args)
     if args.strategy:
         overrides.append(f'strategy.name="{args.strategy}"')
     if args.device:
@@ -96,10 +99,14 @@ def run(args: argparse.Namespace) -> int:
     else:
         out = args.out or f"runs/{dt.datetime.now():%Y%m%d-%H%M%S}-{cfg.strategy.name}"
         run_dir = RunDir(out, force=args.force)
+    wf = WalkForward(cfg)
+    bars = bars_for(args.data, cfg)
+    print_notes(bars.report.lines())  # before the features and folds, which may refuse short data
+    prepared = wf.prepare(bars)
+    print_notes(prepared.notes()[-1:])
     executor = executor_from_args(args, cfg.device)
     try:
-        result = WalkForward(cfg).run(args.data, progress=make_progress(args.progress), run_dir=run_dir,
-                                      executor=executor)
+        result = wf.run(prepared, progress=make_progress(args.progress), run_dir=run_dir, executor=executor)
     finally:
         executor.close()
     if args.json:

@@ -23,8 +23,8 @@ from rich.table import Table
 
 from .. import metrics as M
 from ..config import load_config, to_toml
-from ..data import load_bars
-from ..cli import Parser, add_executor_args, executor_from_args, run_guarded
+from ..data import bars_for
+from ..cli import Parser, add_data_args, add_executor_args, data_overrides, executor_from_args, print_notes, run_guarded
 from ..engine import WalkForward
 from ..errors import UsageError
 from ..rundir import RunDir
@@ -63,7 +63,8 @@ class TrialProgress:
 
 def build_parser():
     p = Parser(prog="python -m workbench.hyperopt", description=__doc__.split("\n")[0])
-    p.add_argument("data", help="bars: parquet file or directory, or CSV")
+    p.add_argument("data", help="bars: parquet file or directory, CSV, or Databento DBN")
+    add_data_args(p)
     p.add_argument("--trials", type=int, required=True, help="trials to run in total (a resumed search counts old ones)")
     p.add_argument("--bounds", help="bounds TOML (default config/training/dqn-hyperopt.toml)")
     p.add_argument("--config", help="base run config TOML")
@@ -81,7 +82,7 @@ def build_parser():
 def run(args) -> int:
     if args.trials < 1:
         raise UsageError("--trials must be >= 1")
-    overrides = list(args.set) + ([f'device="{args.device}"'] if args.device else [])
+    overrides = list(args.set) + data_overrides(args) + ([f'device="{args.device}"'] if args.device else [])
     base = load_config(args.config, overrides)
     base = dataclasses.replace(base, strategy=dataclasses.replace(base.strategy, name="dqn"))
     profile = HyperoptProfile(args.bounds)
@@ -96,7 +97,8 @@ def run(args) -> int:
         run_dir = RunDir(out)
         run_dir.write_text("base_config.toml", to_toml(base))
         run_dir.write_text("bounds.toml", profile.path.read_text())
-    bars = load_bars(args.data, market=base.data.market, naive_tz=base.data.naive_tz, unsorted=base.data.unsorted)
+    bars = bars_for(args.data, base)
+    print_notes(bars.report.lines())
     live = args.progress == "live" or (args.progress == "auto" and sys.stderr.isatty())
     executor = executor_from_args(args, base.device)
     try:
@@ -108,6 +110,7 @@ def run(args) -> int:
 def _search(args, base, profile, bars, out, run_dir, live, executor) -> int:
     progress = TrialProgress(args.trials, live)
     search = Search(base, profile, bars, out, progress, executor)
+    print_notes([("splits", search.folds.attrs.get("sizing", ""))])
     kept = search.resume() if args.resume else 0
     if kept:
         print(f"workbench: resumed {out} with {kept} finished trials", file=sys.stderr)
