@@ -113,3 +113,29 @@ def test_record_step_phases():
     assert (TH[:, [0, 1, 4, 5]] == -1).all()
     R.set_counter_kernel[1, 1](k, 0)
     assert k.copy_to_host()[0] == 0
+
+
+def test_episodes_stay_inside_a_training_range_shorter_than_episode_len(bars):
+    """A short fold (hourly or daily bars): the episode is capped at the range less one bar, on both
+    backends, so no episode starts before the range or runs past it."""
+    from workbench.agent.cpu_trainer import CpuTrainer
+    from workbench.agent.train_config import TrainConfig
+    from workbench.agent.window import make_window
+    from workbench.features import build_features
+    from workbench.gpu_profile import GpuProfile
+
+    fold = dict(train_start=200, train_stop=260, val_start=280, val_stop=300, test_start=320, test_stop=340)
+    w = make_window(bars, build_features(bars), fold)
+    assert w.episode_len(1024) == 59 and w.episode_len(30) == 30
+    N = 40
+    t, end = cuda.to_device(np.full(N, -1, np.int64)), cuda.to_device(np.full(N, -1, np.int64))
+    pos, d = cuda.to_device(np.ones(N, np.int32)), cuda.to_device(np.ones(N, np.float32))
+    R.env_reset_kernel[2, 32](t, end, pos, d, w.train[0], w.train[1], w.episode_len(1024), 3, 4,
+                              cuda.to_device(np.array([5])), N)
+    starts, ends = t.copy_to_host(), end.copy_to_host()
+    assert (starts >= w.train[0]).all() and (ends <= w.train[1]).all() and (ends - starts == 59).all()
+    cpu = CpuTrainer(GpuProfile(hidden=8, atoms=5, batch=8, n_envs=N), TrainConfig(episode_len=1024), bars.market,
+                     100_000.0, seed=3)
+    cpu.t, cpu.end, cpu.pos, cpu.env_step = np.full(N, -1, np.int64), np.full(N, -1, np.int64), np.ones(N, np.int64), 5
+    cpu._reset(np.ones(N, np.float32), w)
+    assert (cpu.t >= w.train[0]).all() and (cpu.end <= w.train[1]).all() and (cpu.end - cpu.t == 59).all()
