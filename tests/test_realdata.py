@@ -1,9 +1,11 @@
 """Real exchange files (``../shared/realdata``, see its README): the front month, the product, the market
 spec, the split sizes and the DBN reader on data nobody here generated. Skipped, with the reason, only
-where the folder is absent."""
+where the folder is absent. ``WORKBENCH_REALDATA`` points elsewhere (a copy carried to the GPU machine)."""
 from __future__ import annotations
 
+import os
 import sys
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -18,7 +20,7 @@ from workbench.walkforward import main
 
 from conftest import ROOT
 
-REAL = ROOT.parent / "shared" / "realdata"
+REAL = Path(os.environ.get("WORKBENCH_REALDATA", ROOT.parent / "shared" / "realdata")).resolve()
 pytestmark = pytest.mark.skipif(not REAL.is_dir(), reason=f"real-data folder {REAL} not present")
 ES = "es_lean_algoseek_2013_1min_all_contracts.parquet"
 GC = "gc_lean_algoseek_2013-10_1min_all_contracts.parquet"
