@@ -194,11 +194,11 @@ def find_rolls(df: pd.DataFrame, all_rows: pd.DataFrame | None = None) -> pd.Dat
     })
     spread = np.full(len(at), np.nan)
     if all_rows is not None and len(at):
+        close = {i: g.set_index("ts")["close"] for i, g in all_rows.groupby("instrument_id")}
         for j, t in enumerate(at):
-            before = all_rows[all_rows["ts"] < df["ts"].iat[t]]
-            old = before[before["instrument_id"] == ids[t - 1]].set_index("ts")["close"]
-            new = before[before["instrument_id"] == ids[t]].set_index("ts")["close"]
-            common = old.index.intersection(new.index)
+            when = df["ts"].iat[t]
+            old, new = close[ids[t - 1]], close[ids[t]]
+            common = old.index[old.index < when].intersection(new.index[new.index < when])
             if len(common):
                 spread[j] = new[common[-1]] - old[common[-1]]
     out["spread"] = spread

@@ -82,7 +82,7 @@ def worker_context(cfg: RunConfig, bars):
     """In a worker process: (bars, spec, features, folds, backend) for ``cfg``, built once per process
     and config and reused by every job it runs. ``bars`` may be a :class:`workbench.executor.Shared`."""
     bars = resolve(bars)
-    key = (id(bars), repr(cfg.data), repr(cfg.features), repr(cfg.splits))
+    key = (id(bars), repr(cfg.data), repr(cfg.market), repr(cfg.features), repr(cfg.splits))
     if _WORKER_CACHE.get("prep_key") != key:
         _WORKER_CACHE["prep_key"], _WORKER_CACHE["prep"] = key, WalkForward(cfg).prepare(bars)
         _WORKER_CACHE["bars"] = bars  # keeps id(bars) from being reused while cached

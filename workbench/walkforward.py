@@ -103,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
     bars = bars_for(args.data, cfg)
     print_notes(bars.report.lines())  # before the features and folds, which may refuse short data
     prepared = wf.prepare(bars)
-    print_notes(prepared.notes()[-1:])
+    print_notes([("splits", prepared.folds.attrs["sizing"])])
     executor = executor_from_args(args, cfg.device)
     try:
         result = wf.run(prepared, progress=make_progress(args.progress), run_dir=run_dir, executor=executor)
