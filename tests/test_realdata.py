@@ -41,6 +41,7 @@ def test_es_front_month_by_session_volume(es):
     roll = es.rolls.iloc[0]
     assert (roll.from_symbol, roll.to_symbol) == ("ESZ3", "ESH4")
     assert roll.ts.tz_convert("America/Chicago").date().isoformat() == "2013-12-17"  # 17:00 CT opens the 18th
+    assert roll.session == pd.Timestamp("2013-12-18")
     assert (es.report.sessions.loc[es.report.sessions["session"] < "2013-12-18", "front"] == 201312).all()
     assert len(es) == 17_658 and es.report.non_front_dropped == 22_246 - 17_658
     # the overnight minute where ESH4 traded 212 against ESZ3's 98 stays on ESZ3

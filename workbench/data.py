@@ -20,7 +20,7 @@ import pandas as pd
 from . import validation as V
 from .bars_io import canonical_frame, read_table
 from .contracts import is_spread, parse_symbol, roots_in_name
-from .front import select_front
+from .front import select_front, session_ids
 from .markets import (MarketSpec, apply_overrides, futures_specs, generic_spec, load_market, match_root, number,
                       off_grid_share)
 
@@ -179,13 +179,16 @@ def start_labelled(df: pd.DataFrame, spec: MarketSpec, report: V.ValidationRepor
     return df.assign(ts=ts - step)
 
 
-def find_rolls(df: pd.DataFrame, all_rows: pd.DataFrame | None = None) -> pd.DataFrame:
-    """One row per change of contract: when, from, to, the gap not booked (new open - old close) and the
-    calendar spread (new - old close) at the last minute before the roll in which both traded."""
+def find_rolls(df: pd.DataFrame, all_rows: pd.DataFrame | None = None, spec: MarketSpec | None = None) -> pd.DataFrame:
+    """One row per change of contract: when (and the trading session, given the market), from, to, the
+    gap not booked (new open - old close) and the calendar spread (new - old close) at the last minute
+    before the roll in which both traded."""
     ids = df["instrument_id"].to_numpy()
     at = np.flatnonzero(ids[1:] != ids[:-1]) + 1
+    ts = df["ts"].to_numpy()[at]
     out = pd.DataFrame({
-        "ts": pd.to_datetime(df["ts"].to_numpy()[at], utc=True),
+        "ts": pd.to_datetime(ts, utc=True),
+        "session": pd.to_datetime(session_ids(ts, spec) * 86_400_000_000_000) if spec is not None else pd.NaT,
         "from_symbol": df["symbol"].to_numpy()[at - 1], "to_symbol": df["symbol"].to_numpy()[at],
         "from_id": ids[at - 1], "to_id": ids[at],
         "old_close": df["close"].to_numpy()[at - 1], "new_open": df["open"].to_numpy()[at],
@@ -259,10 +262,10 @@ def validate_bars(path_or_frame, market: str = "auto", naive_tz: str = "UTC", un
     elif df["instrument_id"].nunique() > 1:
         report.add("front", "info", "one row per timestamp: the file is already one chained series, its contract "
                    "changes are its rolls")
-    rolls = find_rolls(df, all_rows)
+    rolls = find_rolls(df, all_rows, spec)
     report.rolls = rolls
     if len(rolls):
-        text = ", ".join(f"{r.from_symbol}->{r.to_symbol} on {r.ts:%Y-%m-%d} (calendar spread "
+        text = ", ".join(f"{r.from_symbol}->{r.to_symbol} at the {r.session:%Y-%m-%d} session (calendar spread "
                          f"{'n/a' if not np.isfinite(r.spread) else number(r.spread)}, gap {number(r.price_gap)})"
                          for r in rolls.head(4).itertuples())
         more = f" and {len(rolls) - 4} more" if len(rolls) > 4 else ""
