@@ -58,7 +58,7 @@ def test_quickstart_runs_top_to_bottom(tmp_path):
     assert "stitched out-of-sample against the baselines" in html
     assert len(_outputs(nb, "image/png")) == 2  # the walk-forward figure and one fold's
     text = "".join(_outputs(nb, "stream"))
-    assert "errors: 0" in text and "60000 bars kept" in text
+    assert "errors: 0" in text and "60,000 bars kept" in text and "rolling folds, train 20,000 bars" in text
     page = report.read_text()
     assert page.count("<img ") == 1 + 2 and "data:image/png;base64," in page and "<script" not in page
 
