@@ -48,7 +48,7 @@ def test_daily_returns_follow_the_cme_trading_day():
     assert list(d.index.strftime("%Y-%m-%d")) == ["2024-03-05", "2024-03-06"]
     assert list(d) == [10.0, 50.0]
     r = M.daily_returns(np.array([10.0, 20.0, 30.0]), idx, spec, 1000.0)
-    assert list(r) == pytest.approx([0.01, 50.0 / 1010.0])
+    assert list(r) == pytest.approx([0.01, 0.05])  # daily PnL on the fixed capital base: no compounding
 
 
 def test_trade_stats():

@@ -67,7 +67,8 @@ def test_analysis_runs_top_to_bottom(tmp_path):
     nb = run_notebooks.execute(ROOT / "notebooks" / "walkforward_analysis.ipynb", SMALL, timeout=900, out=tmp_path)
     text = "".join(_outputs(nb, "stream"))
     assert f"backend: {SMALL['DEVICE']}" in text
-    assert "deflated Sharpe for 3 tries:" in text and "ms per update in the steady state" in text
+    assert "deflated Sharpe for 3 tries, per-day Sharpe variance" in text and "ms per update in the steady state" in text
+    assert "95% interval" in text
     assert len(_outputs(nb, "image/png")) == 1
     html = "".join(_outputs(nb, "text/html"))
     assert "buy-and-hold" in html and "momentum" in html and "experience_ms" in html

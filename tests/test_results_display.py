@@ -1,6 +1,7 @@
 """Result objects display themselves: HTML in a notebook, a rich table in a terminal, a report file."""
 from __future__ import annotations
 
+import pytest
 from rich.console import Console
 
 from workbench.config import load_config
@@ -37,8 +38,10 @@ def test_plots_of_a_rule_result(tmp_path):
     assert (tmp_path / "wf.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert len(res.fold_results[1].plot().axes) == 2
     assert res.epochs_frame().empty
-    dsr = res.deflated_sharpe(10)
-    assert 0.0 <= dsr <= res.deflated_sharpe(1) <= 1.0  # more tries, a higher bar
+    dsr = res.deflated_sharpe(10, sr_variance=0.01)
+    assert 0.0 <= dsr <= res.deflated_sharpe(1, 0.01) <= 1.0  # more tries, a higher bar
+    with pytest.raises(ValueError, match="n_trials"):
+        res.deflated_sharpe(0, 0.01)
     assert len(res.daily_returns()) == res.metrics["days"]
 
 

@@ -15,6 +15,10 @@ the CPU backend's env step, so the three cannot drift apart):
   roll is charged as two trades per contract (a commission on each side and one slippage per leg).
 - The position left at the end is liquidated at the last bar's close with slippage and commission,
   so every reported result has paid its exit.
+- Ruin: with ``ruin_level`` set, an account whose equity (``capital`` + cumulative PnL, marked at a
+  bar's close) falls to that level or below stops trading: the decision at that bar is to go flat
+  (filled at the next bar's open like any order) and it stays flat to the end of the range;
+  ``SimResult.ruined_bar`` says where.
 
 Results are per bar: ``position`` (held over the bar, after its fill), ``pnl`` (net USD),
 ``commission``, ``slippage`` (USD, already inside ``pnl`` through the fill prices) and ``trades``.
@@ -121,6 +125,7 @@ class SimResult:
     slippage: np.ndarray
     trades: pd.DataFrame
     capital: float
+    ruined_bar: int | None = None  # the bar whose close took the equity to the ruin level
 
     @property
     def equity(self) -> pd.Series:
@@ -132,7 +137,7 @@ class SimResult:
 
 
 def simulate(target: np.ndarray, bars: Bars, spec: MarketSpec | None = None, order: np.ndarray | None = None,
-             limit: np.ndarray | None = None, capital: float = 100_000.0) -> SimResult:
+             limit: np.ndarray | None = None, capital: float = 100_000.0, ruin_level: float | None = None) -> SimResult:
     """Account for integer target positions decided at each bar of ``bars``.
 
     Parameters
@@ -143,6 +148,7 @@ def simulate(target: np.ndarray, bars: Bars, spec: MarketSpec | None = None, ord
     order : int [T], 0 = market (default), 1 = passive limit.
     limit : float [T], limit prices of passive orders (NaN where unused).
     capital : starting equity in USD.
+    ruin_level : equity (USD) at or below which the account stops trading (``None``: never).
     """
     spec = spec or bars.market
     T = len(bars)
@@ -155,14 +161,22 @@ def simulate(target: np.ndarray, bars: Bars, spec: MarketSpec | None = None, ord
     limit = np.full(T, np.nan) if limit is None else np.asarray(limit, np.float64)
     if np.any((order == PASSIVE) & ~np.isfinite(limit)):
         raise ValueError("passive orders need a finite limit price")
-    pos, pnl, comm, slip, tr = _simulate_core(
-        bars.column("open"), bars.column("high"), bars.column("low"), bars.column("close"), bars.roll_mask,
-        target.astype(np.int64), order, limit, spec.point_value, spec.slippage_points,
-        spec.commission_per_side, spec.commission_bps)
+    prices = (bars.column("open"), bars.column("high"), bars.column("low"), bars.column("close"), bars.roll_mask)
+    terms = (spec.point_value, spec.slippage_points, spec.commission_per_side, spec.commission_bps)
+    target = target.astype(np.int64)
+    pos, pnl, comm, slip, tr = _simulate_core(*prices, target, order, limit, *terms)
+    ruined = None
+    if ruin_level is not None:
+        hit = np.flatnonzero(capital + np.cumsum(pnl) <= ruin_level)
+        if len(hit):
+            ruined = int(hit[0])
+            target, order = target.copy(), order.copy()
+            target[ruined:], order[ruined:] = 0, 0  # flat from the next bar's open, market order
+            pos, pnl, comm, slip, tr = _simulate_core(*prices, target, order, limit, *terms)
     trades = pd.DataFrame(tr, columns=list(TRADE_FIELDS))
     for c in ("entry_bar", "exit_bar", "side", "max_qty"):
         trades[c] = trades[c].astype(np.int64)
     idx = bars.frame.index
     trades.insert(0, "entry_ts", idx[trades["entry_bar"].to_numpy()] if len(trades) else pd.DatetimeIndex([], tz="UTC"))
     trades.insert(1, "exit_ts", idx[trades["exit_bar"].to_numpy()] if len(trades) else pd.DatetimeIndex([], tz="UTC"))
-    return SimResult(idx, pos, pnl, comm, slip, trades, capital)
+    return SimResult(idx, pos, pnl, comm, slip, trades, capital, ruined)

@@ -68,7 +68,10 @@ class SplitConfig:
 
 @dataclass(frozen=True)
 class BacktestConfig:
-    capital: float = _f(100_000.0, "starting capital in USD for returns and equity")
+    capital: float = _f(0.0, "capital base in USD for returns and equity; 0 = the unlevered notional of the largest "
+                        "position at the first test bar (workbench.account)")
+    ruin_fraction: float = _f(0.0, "a fold's account stops trading (ruined) when its equity falls to this fraction of "
+                              "the capital base or below (0 = zero equity)")
     contracts: int = _f(1, "position size of the rule baselines, in contracts")
 
 

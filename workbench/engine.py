@@ -14,6 +14,7 @@ from typing import NamedTuple
 import numpy as np
 
 from . import metrics as M
+from .account import Account, account_for
 from .accounting import simulate
 from .agent.backend import make_backend
 from .agent.fold import run_dqn_fold
@@ -33,17 +34,19 @@ ALL_STRATEGIES = ("dqn", *STRATEGIES)
 
 
 class Prepared(NamedTuple):
-    """What every fold shares: the bars, their market, the features and the folds."""
+    """What every fold shares: the bars, their market, the features, the folds and the account."""
 
     bars: Bars
     spec: MarketSpec
     feats: Features
     folds: "object"  # pandas DataFrame of the folds (workbench.splits)
+    account: Account
 
     def notes(self) -> list[tuple[str, str]]:
         """(level, line) for stderr: what was read, the market and why, one line per kind of warning, the
         split sizes."""
-        return [*self.bars.report.lines(), ("splits", self.folds.attrs.get("sizing", f"{len(self.folds)} folds"))]
+        return [*self.bars.report.lines(), ("splits", self.folds.attrs.get("sizing", f"{len(self.folds)} folds")),
+                ("account", self.account.describe())]
 
 
 def _range_text(folds, k: int, part: str) -> str:
@@ -65,24 +68,39 @@ def _failed(cfg, bars, k: int, ranges: dict, exc: BaseException, tb: str = "") -
     return res
 
 
-def fold_result(cfg, k: int, folds, bars, feats, spec, backend, ranges: dict, on_epoch=None) -> FoldResult:
+def fold_result(cfg, k: int, prep: Prepared, backend, ranges: dict, on_epoch=None) -> FoldResult:
     """One fold's test-range result; a fold that fails is returned with its error chain, not raised."""
     try:
         if cfg.strategy.name == "dqn":
-            return run_dqn_fold(k, folds, bars, feats, cfg, backend, spec, ranges, on_epoch)
-        return WalkForward(cfg)._run_fold(k, folds, bars, feats, spec, ranges)
+            return run_dqn_fold(k, prep, cfg, backend, ranges, on_epoch)
+        return rule_fold(cfg, k, prep, ranges)
     except (WorkbenchError, ValueError, ArithmeticError, IndexError) as exc:
-        return _failed(cfg, bars, k, ranges, exc, traceback.format_exc())
+        return _failed(cfg, prep.bars, k, ranges, exc, traceback.format_exc())
+
+
+def rule_fold(cfg, k: int, prep: Prepared, ranges: dict) -> FoldResult:
+    """A rule baseline's test range of fold ``k``, on the run's account."""
+    bars, folds, acct = prep.bars, prep.folds, prep.account
+    a, b = int(folds.loc[k, "test_start"]), int(folds.loc[k, "test_stop"])
+    target = baseline_targets(cfg.strategy.name, prep.feats, a, b, cfg.backtest.contracts, cfg.strategy)
+    test = bars.slice(a, b)
+    sim = simulate(target, test, prep.spec, capital=acct.capital, ruin_level=acct.ruin_level)
+    m = M.summarize(sim.pnl, sim.index, sim.position, sim.trades, prep.spec, acct.capital, sim.commission,
+                    sim.slippage, sim.ruined_bar)
+    if not np.isfinite(m["net_pnl_usd"]):
+        raise ArithmeticError(f"fold {k}: non-finite PnL")
+    return FoldResult(k, cfg.strategy.name, sim.frame(), sim.trades, m, ranges)
 
 
 _WORKER_CACHE: dict = {}
 
 
-def worker_context(cfg: RunConfig, bars):
-    """In a worker process: (bars, spec, features, folds, backend) for ``cfg``, built once per process
-    and config and reused by every job it runs. ``bars`` may be a :class:`workbench.executor.Shared`."""
+def worker_context(cfg: RunConfig, bars) -> tuple[Prepared, object]:
+    """In a worker process: (prepared, backend) for ``cfg``, built once per process and config and reused
+    by every job it runs. ``bars`` may be a :class:`workbench.executor.Shared`."""
     bars = resolve(bars)
-    key = (id(bars), repr(cfg.data), repr(cfg.market), repr(cfg.features), repr(cfg.splits))
+    key = (id(bars), repr(cfg.data), repr(cfg.market), repr(cfg.features), repr(cfg.splits), repr(cfg.backtest),
+           cfg.strategy.name, cfg.training.max_position)
     if _WORKER_CACHE.get("prep_key") != key:
         _WORKER_CACHE["prep_key"], _WORKER_CACHE["prep"] = key, WalkForward(cfg).prepare(bars)
         _WORKER_CACHE["bars"] = bars  # keeps id(bars) from being reused while cached
@@ -91,13 +109,13 @@ def worker_context(cfg: RunConfig, bars):
         if _WORKER_CACHE.get("device") != cfg.device:
             _WORKER_CACHE["device"], _WORKER_CACHE["backend"] = cfg.device, make_backend(cfg.device)
         backend = _WORKER_CACHE["backend"]
-    return (*_WORKER_CACHE["prep"], backend)
+    return _WORKER_CACHE["prep"], backend
 
 
 def run_fold_job(cfg: RunConfig, bars, k: int, ranges: dict) -> FoldResult:
     """Fold ``k`` in a worker process (see :mod:`workbench.executor`)."""
-    bars, spec, feats, folds, backend = worker_context(cfg, bars)
-    return fold_result(cfg, k, folds, bars, feats, spec, backend, ranges)
+    prep, backend = worker_context(cfg, bars)
+    return fold_result(cfg, k, prep, backend, ranges)
 
 
 class WalkForward:
@@ -134,7 +152,8 @@ class WalkForward:
         agent = cfg.strategy.name == "dqn"
         here = executor.live_progress  # folds run in this process (else in workers, which build their own)
         backend = make_backend(cfg.device) if agent and here else None
-        bars, spec, feats, folds = self.prepare(bars)
+        prep = self.prepare(bars)
+        bars, spec, feats, folds, acct = prep
         if run_dir is not None and run_dir.resume:
             saved = (run_dir.path / "config.toml").read_text()
             if saved != to_toml(cfg):
@@ -175,7 +194,7 @@ class WalkForward:
             def job(k):
                 on_epoch = ((lambda log: progress.epoch(k, log, cfg.training.epochs))
                             if progress and agent else None)
-                return fold_result(cfg, k, folds, bars, feats, spec, backend, ranges[k], on_epoch)
+                return fold_result(cfg, k, prep, backend, ranges[k], on_epoch)
             fn, jobs = job, [(k,) for k in todo]
         else:
             shared = executor.share(bars)
@@ -189,19 +208,20 @@ class WalkForward:
             if progress:
                 progress.fold_finished(res, time.perf_counter() - started.get(k, time.perf_counter()))
         results = [by_fold[k] for k in range(len(folds))]
-        result = WalkForwardResult(cfg.strategy.name, folds, results, spec, cfg.backtest.capital,
-                                   str(run_dir.path) if run_dir else None)
+        result = WalkForwardResult(cfg.strategy.name, folds, results, spec, acct.capital,
+                                   str(run_dir.path) if run_dir else None, account=acct)
         summary = result.metrics
         # every other rule baseline on the same folds and costs, for comparison (and the plots' reference)
         for name in (n for n in STRATEGIES if n != cfg.strategy.name):
             sub = dataclasses.replace(cfg, strategy=dataclasses.replace(cfg.strategy, name=name))
-            base = [WalkForward(sub)._run_fold(k, folds, bars, feats, spec, {}) for k in range(len(folds))]
-            br = WalkForwardResult(name, folds, base, spec, cfg.backtest.capital)
+            base = [rule_fold(sub, k, prep, {}) for k in range(len(folds))]
+            br = WalkForwardResult(name, folds, base, spec, acct.capital, account=acct)
             result.baseline_results[name] = br
             result.baselines[name] = br.metrics
         if run_dir is not None:
             run_dir.write_parquet("oos_equity.parquet", result.stitched)
             run_dir.write_json("summary.json", {"strategy": cfg.strategy.name, "market": spec.name,
+                                                "account": acct.describe(), "annualization": M.ANNUALIZATION_NOTE,
                                                 "backend": where or "host",
                                                 "fold_backends": sorted({str(f.metrics.get("backend", "host"))
                                                                          for f in results if f.ok}),
@@ -235,7 +255,7 @@ class WalkForward:
         bars = bars_for(bars, cfg)
         feats = build_features(bars, cfg.features)
         folds = walk_forward_splits(bars.ts, cfg.splits, feats.max_lookback, feats.warmup)
-        return Prepared(bars, bars.market, feats, folds)
+        return Prepared(bars, bars.market, feats, folds, account_for(cfg, bars, folds))
 
     def folds(self, bars: Bars | str | Path):
         """The folds this config makes of ``bars`` (bar ranges and timestamps of train / validation / test,
@@ -243,14 +263,3 @@ class WalkForward:
         their sizes were chosen."""
         return self.prepare(bars).folds
 
-    def _run_fold(self, k, folds, bars, feats, spec, ranges) -> FoldResult:
-        cfg = self.config
-        a, b = int(folds.loc[k, "test_start"]), int(folds.loc[k, "test_stop"])
-        target = baseline_targets(cfg.strategy.name, feats, a, b, cfg.backtest.contracts, cfg.strategy)
-        test = bars.slice(a, b)
-        sim = simulate(target, test, spec, capital=cfg.backtest.capital)
-        m = M.summarize(sim.pnl, sim.index, sim.position, sim.trades, spec, cfg.backtest.capital,
-                        sim.commission, sim.slippage)
-        if not np.isfinite(m["net_pnl_usd"]):
-            raise ArithmeticError(f"fold {k}: non-finite PnL")
-        return FoldResult(k, cfg.strategy.name, sim.frame(), sim.trades, m, ranges)

@@ -1,14 +1,26 @@
-"""Performance metrics on daily returns, with empyrical's definitions, annualised over 252 days.
+"""Performance metrics: the account model, Sharpe with its uncertainty, and empyrical's definitions.
 
-Daily returns: net PnL is summed per trading day (the market's ``day_end`` in exchange time; ES's day
-ends at 16:00 Chicago) and divided by the equity at the previous day's end (starting capital first):
-``r_d = pnl_d / equity_{d-1}``. Only days with at least one bar count.
+Account model (README, honesty rules). Futures PnL is dollars per contract, not a return on equity, so
+the returns here are **daily USD PnL on a fixed capital base**: ``r_d = pnl_d / capital`` (no
+compounding), with ``capital`` the run's stated base (``backtest.capital``; by default the unlevered
+notional of the largest position, see :mod:`workbench.account`). Trading days follow the market's
+``day_end`` in exchange time (ES's day ends at 16:00 Chicago); only days with at least one bar count.
 
-Definitions (as in empyrical 0.5 / empyrical-reloaded; tests cross-check them to 1e-9):
+- Sharpe, Sortino, PSR and DSR are ratios of these returns: they do not change with ``capital``
+  (tested), and their sign is the sign of the mean daily PnL, so a losing run never shows a positive
+  Sharpe. No statistic divides by equity.
+- Percentage metrics are on the base and say so: annual volatility = std(r) x sqrt(252); CAGR from the
+  equity path ``capital + cumulative PnL`` ((end / capital)^(252 / days) - 1, -100 % once equity is
+  gone); max drawdown on the per-bar equity (marked at every bar's close: the basis of the figures too)
+  against its running peak, the base included; Calmar = CAGR / |max drawdown|.
+- Every Sharpe comes with its days and its standard error: for non-normal iid returns (Mertens 2002,
+  the form the PSR uses; Lo 2002 for normal returns), annualised, with a 95 % interval
+  (Sharpe +- 1.96 SE). Fewer than :data:`MIN_DAYS` days is flagged ``few_days``.
+
+Definitions of the ratios as in empyrical 0.5 / empyrical-reloaded (tests cross-check them to 1e-9):
 Sharpe = mean(r) / std(r, ddof=1) * sqrt(252); Sortino = mean(r) * 252 / downside risk, downside risk
-= sqrt(mean(min(r, 0)^2)) * sqrt(252); CAGR = prod(1 + r)^(252 / n) - 1; annual volatility =
-std(r, ddof=1) * sqrt(252); max drawdown = min over time of equity / running peak - 1 (starting
-equity included); Calmar = CAGR / |max drawdown|.
+= sqrt(mean(min(r, 0)^2)) * sqrt(252); on a returns series, CAGR = prod(1 + r)^(252 / n) - 1, max
+drawdown = min of wealth / running peak - 1, Calmar = CAGR / |max drawdown|.
 
 Probabilistic Sharpe (Bailey & Lopez de Prado 2012) and deflated Sharpe (2014) use the per-day
 (non-annualised) Sharpe, the sample skewness and (non-excess) kurtosis of daily returns.
@@ -25,6 +37,8 @@ from .markets import MarketSpec
 
 ANNUALIZATION = 252
 ANNUALIZATION_NOTE = "daily returns, 252 trading days per year, risk-free rate 0"
+MIN_DAYS = 20  # a Sharpe from fewer daily returns is flagged
+Z95 = 1.959963984540054
 EULER_GAMMA = 0.5772156649015329
 _N = NormalDist()
 
@@ -37,10 +51,10 @@ def daily_pnl(pnl: np.ndarray, index: pd.DatetimeIndex, spec: MarketSpec) -> pd.
 
 
 def daily_returns(pnl: np.ndarray, index: pd.DatetimeIndex, spec: MarketSpec, capital: float) -> pd.Series:
-    d = daily_pnl(pnl, index, spec)
-    equity_end = capital + d.cumsum()
-    prev = equity_end.shift(1).fillna(capital)
-    return (d / prev).rename("return")
+    """Daily USD PnL as a fraction of the fixed capital base (the account model above)."""
+    if not capital > 0:
+        raise ValueError(f"the capital base must be > 0, got {capital}")
+    return (daily_pnl(pnl, index, spec) / capital).rename("return")
 
 
 def sharpe_ratio(r: np.ndarray, ann: int = ANNUALIZATION) -> float:
@@ -49,6 +63,41 @@ def sharpe_ratio(r: np.ndarray, ann: int = ANNUALIZATION) -> float:
         return float("nan")
     sd = np.std(r, ddof=1)
     return float(np.mean(r) / sd * math.sqrt(ann)) if sd > 0 else float("nan")
+
+
+def sharpe_standard_error(r: np.ndarray, ann: int = ANNUALIZATION) -> float:
+    """Standard error of the annualised Sharpe for non-normal iid returns (Mertens 2002):
+    sqrt((1 - skew * SR + (kurt - 1) / 4 * SR^2) / (n - 1)) * sqrt(ann), SR per period."""
+    r = np.asarray(r, dtype=np.float64)
+    n = len(r)
+    if n < 3 or np.std(r, ddof=1) == 0:
+        return float("nan")
+    sr = np.mean(r) / np.std(r, ddof=1)
+    skew, kurt = _moments(r)
+    var = (1.0 - skew * sr + (kurt - 1.0) / 4.0 * sr**2) / (n - 1)
+    return float(math.sqrt(var) * math.sqrt(ann)) if var > 0 else float("nan")
+
+
+def drawdown_from_equity(equity: np.ndarray, capital: float) -> tuple[float, float]:
+    """(max drawdown as a fraction of the running peak, in USD) of an equity path that starts at ``capital``."""
+    e = np.concatenate([[capital], np.asarray(equity, dtype=np.float64)])
+    peak = np.maximum.accumulate(e)
+    return float(np.min(e / peak - 1.0)), float(np.min(e - peak))
+
+
+def cagr_from_equity(end_equity: float, capital: float, days: int, ann: int = ANNUALIZATION) -> float:
+    """Compound annual growth of the account from ``capital`` to ``end_equity`` over ``days`` trading days;
+    -1 once the equity is gone."""
+    if days == 0:
+        return float("nan")
+    return (end_equity / capital) ** (ann / days) - 1.0 if end_equity > 0 else -1.0
+
+
+def sharpe_block(r: np.ndarray, prefix: str = "sharpe") -> dict:
+    """A Sharpe with what it needs to be read: days, standard error, 95 % interval, few-days flag."""
+    sr, se = sharpe_ratio(r), sharpe_standard_error(r)
+    return {prefix: sr, f"{prefix}_se": se, f"{prefix}_ci95_low": sr - Z95 * se, f"{prefix}_ci95_high": sr + Z95 * se,
+            "days": int(len(r)), "few_days": bool(len(r) < MIN_DAYS)}
 
 
 def downside_risk(r: np.ndarray, ann: int = ANNUALIZATION) -> float:
@@ -143,20 +192,28 @@ def trade_stats(trades: pd.DataFrame, position: np.ndarray, n_days: int) -> dict
 
 def summarize(pnl: np.ndarray, index: pd.DatetimeIndex, position: np.ndarray, trades: pd.DataFrame,
               spec: MarketSpec, capital: float, commission: np.ndarray | None = None,
-              slippage: np.ndarray | None = None) -> dict[str, float]:
-    """Every headline number of one range; keys carry their unit."""
+              slippage: np.ndarray | None = None, ruined_bar: int | None = None) -> dict:
+    """Every headline number of one range; keys carry their unit, ratios their sample and annualisation."""
     r = daily_returns(pnl, index, spec, capital).to_numpy()
-    out: dict[str, float] = {
-        "days": int(len(r)),
+    equity = capital + np.cumsum(pnl)
+    mdd, mdd_usd = drawdown_from_equity(equity, capital) if len(pnl) else (float("nan"), float("nan"))
+    cagr = cagr_from_equity(float(equity[-1]), capital, len(r)) if len(pnl) else float("nan")
+    out: dict = {
+        **sharpe_block(r),
         "bars": int(len(pnl)),
         "net_pnl_usd": float(np.sum(pnl)),
-        "sharpe": sharpe_ratio(r),
         "sortino": sortino_ratio(r),
-        "cagr": annual_return(r),
-        "annual_volatility": annual_volatility(r),
-        "max_drawdown": max_drawdown(r),
-        "calmar": calmar_ratio(r),
         "psr": probabilistic_sharpe(r),
+        "capital_usd": float(capital),
+        "cagr": cagr,
+        "annual_volatility": annual_volatility(r),
+        "max_drawdown": mdd,
+        "max_drawdown_usd": mdd_usd,
+        "calmar": cagr / abs(mdd) if mdd < 0 else float("nan"),
+        "ruined": ruined_bar is not None,
+        "ruined_at": str(index[ruined_bar]) if ruined_bar is not None else "",
+        "daily_pnl_mean_usd": float(np.mean(r) * capital) if len(r) else float("nan"),
+        "daily_pnl_std_usd": float(np.std(r, ddof=1) * capital) if len(r) > 1 else float("nan"),
         "bar_pnl_mean_usd": float(np.mean(pnl)) if len(pnl) else float("nan"),
         "bar_pnl_std_usd": float(np.std(pnl, ddof=1)) if len(pnl) > 1 else float("nan"),
     }
@@ -165,4 +222,5 @@ def summarize(pnl: np.ndarray, index: pd.DatetimeIndex, position: np.ndarray, tr
     if slippage is not None:
         out["slippage_usd"] = float(np.sum(slippage))
     out.update(trade_stats(trades, position, len(r)))
+    out["annualization"] = ANNUALIZATION_NOTE
     return out

@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from . import metrics as M
+from .account import Account
 from .markets import MarketSpec
 
 PHASES = ("init", "experience", "training", "validation")  # an epoch's timed phases (ms)
@@ -59,6 +60,7 @@ class WalkForwardResult:
     run_dir: str | None = None
     baselines: dict = field(default_factory=dict)  # stitched metrics of the rule baselines on the same folds
     baseline_results: dict = field(default_factory=dict, repr=False)  # their WalkForwardResults (equity, folds)
+    account: Account | None = None  # the capital base and ruin level every number here is measured on
 
     @property
     def stitched(self) -> pd.DataFrame:
@@ -79,9 +81,12 @@ class WalkForwardResult:
         if not len(s):
             return {}
         trades = pd.concat([f.trades for f in self.fold_results if f.ok], ignore_index=True)
+        level = self.account.ruin_level if self.account is not None else 0.0
+        hit = np.flatnonzero(s["equity_usd"].to_numpy() <= level)
         out = M.summarize(s["pnl_usd"].to_numpy(), s.index, s["position"].to_numpy(), trades, self.market,
-                          self.capital, s["commission_usd"].to_numpy(), s["slippage_usd"].to_numpy())
-        out["annualization"] = M.ANNUALIZATION_NOTE
+                          self.capital, s["commission_usd"].to_numpy(), s["slippage_usd"].to_numpy(),
+                          int(hit[0]) if len(hit) else None)
+        out["ruined_folds"] = sum(bool(f.metrics.get("ruined")) for f in self.fold_results if f.ok)
         return out
 
     def daily_returns(self) -> pd.Series:
@@ -90,17 +95,14 @@ class WalkForwardResult:
         s = self.stitched
         return M.daily_returns(s["pnl_usd"].to_numpy(), s.index, self.market, self.capital)
 
-    def deflated_sharpe(self, n_trials: int, sr_variance: float | None = None) -> float:
-        """Deflated Sharpe (Bailey & Lopez de Prado): the probability that the stitched per-day Sharpe beats
-        the expected best of ``n_trials`` unskilled tries. ``sr_variance`` is the variance of the per-day
-        Sharpes of the tries; by default that of this result and its baselines."""
-        r = self.daily_returns().to_numpy()
-        if sr_variance is None:
-            per_day = [M.sharpe_ratio(x.daily_returns().to_numpy(), 1)
-                       for x in (self, *self.baseline_results.values())]
-            per_day = [v for v in per_day if np.isfinite(v)]
-            sr_variance = float(np.var(per_day, ddof=1)) if len(per_day) > 1 else 0.0
-        return M.deflated_sharpe(r, n_trials, sr_variance)
+    def deflated_sharpe(self, n_trials: int, sr_variance: float) -> float:
+        """Deflated Sharpe (Bailey & Lopez de Prado 2014): the probability that the stitched per-day Sharpe
+        beats the expected best of ``n_trials`` unskilled tries. Both numbers come from the search that
+        chose this configuration: ``n_trials`` = every trial started, ``sr_variance`` = the variance of the
+        trials' per-day (not annualised) Sharpes (``workbench.hyperopt`` writes both in its summary)."""
+        if n_trials < 1 or not sr_variance >= 0:
+            raise ValueError(f"deflated Sharpe needs n_trials >= 1 and sr_variance >= 0, got {n_trials}, {sr_variance}")
+        return M.deflated_sharpe(self.daily_returns().to_numpy(), n_trials, sr_variance)
 
     def epochs_frame(self) -> pd.DataFrame:
         """Every fold's epochs: phase times (ms), loss, |Q| max, validation Sharpe; empty for a rule."""

@@ -31,22 +31,26 @@ class AccountingMismatch(ArithmeticError):
     pass
 
 
-def run_dqn_fold(k: int, folds, bars, feats, cfg, backend, spec, ranges: dict, on_epoch=None):
+def run_dqn_fold(k: int, prep, cfg, backend, ranges: dict, on_epoch=None):
+    bars, feats, folds, spec, acct = prep.bars, prep.feats, prep.folds, prep.spec, prep.account
     fold = folds.loc[k].to_dict()
     w = make_window(bars, feats, fold)
-    trainer = backend.trainer(cfg.training, spec, cfg.backtest.capital, seed=cfg.seed * 1000 + k, overrides=cfg.gpu)
+    trainer = backend.trainer(cfg.training, spec, acct.capital, seed=cfg.seed * 1000 + k, overrides=cfg.gpu)
     res = trainer.train_fold(w, on_epoch=on_epoch)
     a, b = int(fold["test_start"]), int(fold["test_stop"])
     test = bars.slice(a, b)
     close = test.column("close")
     # the decision at bar t is taken holding the position over bar t (the backtest's table look-up)
     target, order, limit = orders_from_actions(res.test_actions, res.test_position, close, spec.tick_size)
-    sim = simulate(target, test, spec, order=order, limit=limit, capital=cfg.backtest.capital)
+    sim = simulate(target, test, spec, order=order, limit=limit, capital=acct.capital)
     gap = np.abs(sim.pnl[1:] - res.test_pnl[1:])
     if len(gap) and gap.max() > 0.01:
         t = int(np.argmax(gap)) + 1
         raise AccountingMismatch(f"fold {k}: backtest PnL differs from simulate() by {gap.max():.4f} USD at test bar {t}")
-    m = M.summarize(sim.pnl, sim.index, sim.position, sim.trades, spec, cfg.backtest.capital, sim.commission, sim.slippage)
+    # checked bar for bar; now the account: a ruined one stops trading
+    sim = simulate(target, test, spec, order=order, limit=limit, capital=acct.capital, ruin_level=acct.ruin_level)
+    m = M.summarize(sim.pnl, sim.index, sim.position, sim.trades, spec, acct.capital, sim.commission, sim.slippage,
+                    sim.ruined_bar)
     m.update(best_epoch=res.best_epoch, best_val_sharpe=res.best_val_sharpe, backend=res.backend,
              init_ms=res.init_ms, **{f"counter_{key}": v for key, v in res.counters.items()})
     out = FoldResult(k, "dqn", sim.frame(), sim.trades, m, ranges)

@@ -30,8 +30,6 @@ from ..agent.train_config import validate
 from ..agent.window import make_window
 from ..config import RunConfig
 from ..errors import ConfigError
-from ..features import build_features
-from ..splits import walk_forward_splits
 from .bounds import GPU_KEYS, HyperoptProfile
 from .pso import ParticleSwarm
 
@@ -56,13 +54,12 @@ def evaluate_candidate(base: RunConfig, values: dict, bars, score_folds, backend
     if prep is None:  # a worker process: features, folds and backend cached per process
         from ..engine import worker_context
 
-        bars, _spec, feats, folds, backend = worker_context(base, bars)
-    else:
-        feats, folds = prep
+        prep, backend = worker_context(base, bars)
+    bars, feats, folds = prep.bars, prep.feats, prep.folds
     sharpes = []
     for k in score_folds:
         w = make_window(bars, feats, folds.loc[k].to_dict())
-        trainer = backend.trainer(cfg.training, bars.market, cfg.backtest.capital, seed=cfg.seed * 1000 + k,
+        trainer = backend.trainer(cfg.training, bars.market, prep.account.capital, seed=cfg.seed * 1000 + k,
                                   overrides=cfg.gpu)
         res = trainer.train_fold(w, test=False)
         sharpes.append(res.best_val_sharpe)
@@ -75,8 +72,10 @@ class Search:
 
         self.base, self.profile, self.bars, self.dir, self.progress = base, profile, bars, Path(run_dir), progress
         self.executor = executor or InlineExecutor()
-        self.feats = build_features(bars, base.features)
-        self.folds = walk_forward_splits(bars.ts, base.splits, self.feats.max_lookback, self.feats.warmup)
+        from ..engine import WalkForward
+
+        self.prep = WalkForward(base).prepare(bars)  # the same preparation as a walk-forward's
+        self.feats, self.folds = self.prep.feats, self.prep.folds
         chosen = profile.swarm.folds or tuple(range(len(self.folds)))
         bad = [k for k in chosen if not 0 <= k < len(self.folds)]
         if bad:
@@ -115,8 +114,7 @@ class Search:
     # ---- evaluation ----
     def evaluate(self, values: dict) -> tuple[list[float], str]:
         """One candidate in this process."""
-        return evaluate_candidate(self.base, values, self.bars, self.score_folds, self.backend,
-                                  (self.feats, self.folds))
+        return evaluate_candidate(self.base, values, self.bars, self.score_folds, self.backend, self.prep)
 
     def _write_log(self) -> None:
         tmp = self.log_path.with_name(".trials.parquet.tmp")
