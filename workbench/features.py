@@ -40,6 +40,7 @@ class Features:
     log_return: np.ndarray      # float64 [T]: roll-safe one-bar log return (NaN at 0)
     roll_mask: np.ndarray       # bool [T]: first bar of a new contract
     session_start: np.ndarray   # bool [T]: first bar after a halt, weekend or holiday
+    close: np.ndarray           # float64 [T]: the bars' closes (for rules that read prices directly)
 
     @property
     def max_lookback(self) -> int:
@@ -101,7 +102,7 @@ def build_features(bars: Bars, cfg: FeatureConfig = FeatureConfig()) -> Features
     warmup = int(bad.max() + 1) if len(bad) else 0
     if warmup > int(lookbacks.max()) + 1:
         raise AssertionError(f"feature NaN after the warm-up at bar {warmup - 1}")  # a bug, not bad data
-    return Features(values, names, lookbacks, warmup, r.to_numpy(), bars.roll_mask, session_start)
+    return Features(values, names, lookbacks, warmup, r.to_numpy(), bars.roll_mask, session_start, bars.column("close"))
 
 
 @dataclass(frozen=True)
