@@ -43,6 +43,10 @@ def test_long_through_a_roll_by_hand(es_bars):
     assert t.costs == pytest.approx(4 * 2.15 + 4 * 12.5)
     # the 7.25-point gap between contracts is never PnL
     assert r.pnl.sum() < 50 * (111.0 - 101.0)
+    # the trade spans the roll: flagged, both contracts named, the gap it was not paid for carried
+    assert (t.entry_symbol, t.exit_symbol, t.rolls, t.roll_gap_points) == ("ESH4", "ESM4", 1, 110.0 - 102.75)
+    moved = t.side * (t.exit_price - t.entry_price - t.roll_gap_points)  # points earned, fill slippage inside
+    assert 50 * moved - 4 * 2.15 - 2 * 12.5 == pytest.approx(t.pnl)  # less commissions and the roll's two ticks
 
 
 def test_flip_and_resize(es_bars):

@@ -21,7 +21,8 @@ the CPU backend's env step, so the three cannot drift apart):
   ``SimResult.ruined_bar`` says where.
 
 Results are per bar: ``position`` (held over the bar, after its fill), ``pnl`` (net USD),
-``commission``, ``slippage`` (USD, already inside ``pnl`` through the fill prices) and ``trades``.
+``commission``, ``slippage`` (USD, already inside ``pnl`` through the fill prices) and ``trades``; a
+trade held across a roll names both contracts and carries the roll gaps its booked PnL leaves out.
 """
 from __future__ import annotations
 
@@ -114,6 +115,26 @@ def _simulate_core(open_, high, low, close, roll, target, order, limit, pv, slip
     return position, pnl, commission, slippage, trades[:n_tr]
 
 
+def _roll_fields(trades: pd.DataFrame, bars: Bars) -> None:
+    """Trades held across a roll: the contracts at entry and exit, how many rolls, and the sum of the roll
+    gaps (new contract's open - old contract's close, points) that the booked PnL leaves out, so that
+    ``side x (exit_price - entry_price - roll_gap_points)`` is the price move the trade was paid for."""
+    roll = bars.roll_mask
+    gap = np.zeros(len(roll))
+    if roll.any():
+        o, c = bars.column("open"), bars.column("close")
+        at = np.flatnonzero(roll)
+        gap[at] = o[at] - c[at - 1]
+    n_roll = np.concatenate([[0], np.cumsum(roll)])
+    s_gap = np.concatenate([[0.0], np.cumsum(gap)])
+    a, b = trades["entry_bar"].to_numpy(), trades["exit_bar"].to_numpy()
+    sym = bars.frame["symbol"].to_numpy()
+    trades["entry_symbol"] = sym[a] if len(trades) else np.array([], dtype=object)
+    trades["exit_symbol"] = sym[b] if len(trades) else np.array([], dtype=object)
+    trades["rolls"] = (n_roll[b + 1] - n_roll[a + 1]).astype(np.int64)  # roll bars in (entry, exit]
+    trades["roll_gap_points"] = s_gap[b + 1] - s_gap[a + 1]
+
+
 @dataclass
 class SimResult:
     """Per-bar accounting of one range; money in USD."""
@@ -179,4 +200,5 @@ def simulate(target: np.ndarray, bars: Bars, spec: MarketSpec | None = None, ord
     idx = bars.frame.index
     trades.insert(0, "entry_ts", idx[trades["entry_bar"].to_numpy()] if len(trades) else pd.DatetimeIndex([], tz="UTC"))
     trades.insert(1, "exit_ts", idx[trades["exit_bar"].to_numpy()] if len(trades) else pd.DatetimeIndex([], tz="UTC"))
+    _roll_fields(trades, bars)
     return SimResult(idx, pos, pnl, comm, slip, trades, capital, ruined)
