@@ -7,7 +7,7 @@ Kernel-side only (NumPy/Numba). Prices are float64 (PnL in USD must not drift). 
 The order executes at bar t+1 exactly as ``simulate`` does: market at the open plus slippage, passive
 limit only if bar t+1 trades through it (at the open if it opens through), commission per contract
 and bps of notional, marks from the previous close (from the open on the first bar of a new
-contract, with the roll charged as two trades per contract). When t+1 is the episode's last bar the
+contract, with the contracts carried across charged two trades each). When t+1 is the episode's last bar the
 position is liquidated at its close with slippage and commission. ``reward = pnl * reward_scale``.
 """
 from __future__ import annotations
@@ -24,8 +24,9 @@ def fill_bar(open_, high, low, close, roll, n, pos, want, passive, lim, pv, slip
     ``pos`` is held into bar n; the order to ``want`` was placed at bar n-1's close (``passive``: a
     limit at ``lim``, filled only if bar n trades through it, at the open if it opens through; else at
     bar n's open plus ``slip`` price points against us). Marks run from bar n-1's close, or from bar n's
-    open when bar n starts a new contract (``roll[n]``), where a held position is rolled and charged two
-    trades per contract. Commission: ``comm`` USD per contract per side plus ``bps`` of notional.
+    open when bar n starts a new contract (``roll[n]``), where the contracts carried into the new
+    contract are rolled and charged two trades each (a position the fill closes or reverses trades
+    once, as any fill). Commission: ``comm`` USD per contract per side plus ``bps`` of notional.
 
     Returns (pos after bar n, net USD PnL of bar n, roll commission, roll slippage, filled, fill price,
     PnL of the old position up to the fill, PnL of the new position from the fill, fill commission,
@@ -35,13 +36,6 @@ def fill_bar(open_, high, low, close, roll, n, pos, want, passive, lim, pv, slip
     pnl = 0.0
     roll_comm = 0.0
     roll_slip = 0.0
-    if roll[n] != 0:
-        ref = open_[n]
-        if pos != 0:
-            q = abs(pos)
-            roll_comm = q * (2.0 * comm + 2.0 * bps * 1e-4 * open_[n] * pv)
-            roll_slip = q * 2.0 * slip * pv
-            pnl -= roll_comm + roll_slip
     filled = False
     fill = 0.0
     if want != pos:
@@ -55,6 +49,16 @@ def fill_bar(open_, high, low, close, roll, n, pos, want, passive, lim, pv, slip
         elif (not buy) and high[n] > lim:
             fill = max(lim, open_[n])
             filled = True
+    if roll[n] != 0:
+        ref = open_[n]
+        # only contracts carried into the new contract are rolled; those the fill closes trade once
+        q = abs(pos)
+        if filled:
+            q = min(abs(pos), abs(want)) if pos * want > 0 else 0
+        if q != 0:
+            roll_comm = q * (2.0 * comm + 2.0 * bps * 1e-4 * open_[n] * pv)
+            roll_slip = q * 2.0 * slip * pv
+            pnl -= roll_comm + roll_slip
     old_part = 0.0
     new_part = 0.0
     fill_comm = 0.0

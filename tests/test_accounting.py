@@ -96,3 +96,16 @@ def test_random_targets_trades_sum_to_pnl(bars):
     r = simulate(target, bars, order=order, limit=limit)
     assert r.trades["pnl"].sum() == pytest.approx(r.pnl.sum(), abs=1e-6)
     assert (r.commission >= 0).all() and r.commission.sum() > 0
+
+
+def test_closing_on_the_roll_bar_costs_one_trade_not_three(es_bars):
+    # decided at bar 2's close, the exit fills at bar 3, the first bar of the new contract
+    r = simulate(np.array([1, 1, 0, 0, 0, 0]), es_bars)
+    assert list(r.position) == [0, 1, 1, 0, 0, 0]
+    assert r.commission[3] == pytest.approx(2.15) and r.slippage[3] == pytest.approx(12.5)  # one side, one tick
+    # reducing 2 -> 1 across the roll: one contract rolled (2 sides, 2 ticks), one closed (1 side, 1 tick)
+    r = simulate(np.array([2, 2, 1, 1, 0, 0]), es_bars)
+    assert r.commission[3] == pytest.approx(3 * 2.15) and r.slippage[3] == pytest.approx(3 * 12.5)
+    # reversing 1 -> -1 across the roll: nothing carried, two contracts trade once
+    r = simulate(np.array([1, 1, -1, -1, 0, 0]), es_bars)
+    assert r.commission[3] == pytest.approx(2 * 2.15) and r.slippage[3] == pytest.approx(2 * 12.5)

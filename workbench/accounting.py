@@ -12,7 +12,8 @@ the CPU backend's env step, so the three cannot drift apart):
 - PnL is marked to each bar's close, in USD: ``point_value x position x price change``.
 - Rolls: the position is rolled, not flattened. On the first bar of a new contract the carried
   position is marked from that bar's open (the gap between contracts is never booked as PnL) and the
-  roll is charged as two trades per contract (a commission on each side and one slippage per leg).
+  contracts carried into the new contract are charged two trades each (a commission on each side and
+  one slippage per leg); contracts that an order filled on that bar closes trade once, like any fill.
 - The position left at the end is liquidated at the last bar's close with slippage and commission,
   so every reported result has paid its exit.
 - Ruin: with ``ruin_level`` set, an account whose equity (``capital`` + cumulative PnL, marked at a
@@ -41,7 +42,7 @@ MARKET, PASSIVE = 0, 1
 TRADE_FIELDS = ("entry_bar", "exit_bar", "side", "max_qty", "entry_price", "exit_price", "pnl", "costs")
 
 
-@njit(cache=True)
+@njit  # no cache=True: a cached copy would keep a stale fill_bar after cuda_kernels/env.py changes (Numba tracks only this file)
 def _simulate_core(open_, high, low, close, roll, target, order, limit, pv, slip, comm, bps):  # pragma: no cover - jitted
     T = close.shape[0]
     position = np.zeros(T, np.int64)

@@ -38,7 +38,7 @@ def eps_greedy_ref(q: np.ndarray, eps: float, step: int, k0: int, k1: int, branc
     return out
 
 
-@njit(cache=True)
+@njit  # no cache=True: a cached copy would keep a stale fill_bar after cuda_kernels/env.py changes (Numba tracks only this file)
 def env_step_cpu(o, h, l, c, roll, t_arr, end_arr, pos_arr, actions, pv, tick, slip, comm, bps, scale):  # pragma: no cover
     N = t_arr.shape[0]
     reward = np.zeros(N, np.float32)
@@ -55,7 +55,7 @@ def env_step_cpu(o, h, l, c, roll, t_arr, end_arr, pos_arr, actions, pv, tick, s
     return reward, done
 
 
-@njit(cache=True)
+@njit  # no cache=True: a cached copy would keep a stale fill_bar after cuda_kernels/env.py changes (Numba tracks only this file)
 def greedy_backtest_cpu(o, h, l, c, roll, greedy, a, b, pv, tick, slip, comm, bps):  # pragma: no cover
     n = b - a
     position = np.zeros(n, np.int32)
