@@ -116,41 +116,62 @@ def rollout_to_transitions_kernel(t_hist, pos_hist, act_hist, rew_hist, done_his
     count[j] = 1
 
 
-@kernel(void(float64[::1], int32[::1], int64, int64, float64, float32[::1]))
-def daily_sharpe_kernel(pnl, day, start, stop, capital, out):
-    """One thread: net USD PnL of bars [start, stop) grouped by trading day -> daily returns on equity ->
-    out float32 [4] = (annualised Sharpe (252 days, ddof 1), net PnL USD, days, max drawdown)."""
+VAL_STATS = 8  # validation_stats_kernel's outputs, in this order:
+VAL_DAILY_SHARPE, VAL_PNL, VAL_DAYS, VAL_MAX_DD, VAL_BAR_MEAN, VAL_BAR_STD, VAL_BARS, VAL_BAR_T = range(VAL_STATS)
+
+
+@kernel(void(float64[::1], int32[::1], int64, int64, float64[::1]))
+def validation_stats_kernel(pnl, day, start, stop, out):
+    """One thread: statistics of the net USD PnL of bars [start, stop), capital-free. out float64 [8] =
+    (annualised Sharpe of daily PnL (252 days, ddof 1), net PnL USD, days, max drawdown USD (<= 0, of the
+    cumulative PnL against its running peak), mean and std (ddof 1) of per-bar PnL USD, bars, and the
+    t-statistic of the per-bar mean, mean / std * sqrt(bars)). Zero where undefined."""
     if cuda.grid(1) != 0:
         return
-    equity = capital
-    peak = capital
+    cum = 0.0
+    peak = 0.0
     mdd = 0.0
-    s1 = 0.0
-    s2 = 0.0
-    n = 0
+    d1 = 0.0
+    d2 = 0.0
+    nd = 0
     day_pnl = 0.0
-    total = 0.0
+    b1 = 0.0
+    b2 = 0.0
     for t in range(start, stop):
-        day_pnl += pnl[t]
-        total += pnl[t]
+        x = pnl[t]
+        day_pnl += x
+        b1 += x
+        b2 += x * x
         if t == stop - 1 or day[t + 1] != day[t]:
-            r = day_pnl / equity
-            equity += day_pnl
-            peak = max(peak, equity)
-            mdd = min(mdd, equity / peak - 1.0)
-            s1 += r
-            s2 += r * r
-            n += 1
+            cum += day_pnl
+            d1 += day_pnl
+            d2 += day_pnl * day_pnl
+            nd += 1
             day_pnl = 0.0
+        peak = max(peak, cum + day_pnl)
+        mdd = min(mdd, cum + day_pnl - peak)
+    nb = stop - start
     sharpe = 0.0
-    if n > 1:
-        mean = s1 / n
-        var = (s2 - n * mean * mean) / (n - 1)
-        sharpe = mean / math.sqrt(var) * math.sqrt(252.0) if var > 0 else 0.0
-    out[0] = float32(sharpe)
-    out[1] = float32(total)
-    out[2] = float32(n)
-    out[3] = float32(mdd)
+    if nd > 1:
+        m = d1 / nd
+        var = (d2 - nd * m * m) / (nd - 1)
+        sharpe = m / math.sqrt(var) * math.sqrt(252.0) if var > 0 else 0.0
+    bmean = b1 / nb if nb > 0 else 0.0
+    bstd = 0.0
+    bt = 0.0
+    if nb > 1:
+        bvar = (b2 - nb * bmean * bmean) / (nb - 1)
+        if bvar > 0:
+            bstd = math.sqrt(bvar)
+            bt = bmean / bstd * math.sqrt(float(nb))
+    out[0] = sharpe
+    out[1] = b1
+    out[2] = nd
+    out[3] = mdd
+    out[4] = bmean
+    out[5] = bstd
+    out[6] = nb
+    out[7] = bt
 
 
 @kernel(void(int64[::1], int64[::1], int32[::1], int32[:, ::1], float32[::1], float32[::1], int64[:, ::1],
@@ -208,13 +229,16 @@ def rollout_to_transitions_ref(t_hist, pos_hist, act_hist, rew_hist, done_hist, 
     return rows
 
 
-def daily_sharpe_ref(pnl, day, start, stop, capital):
+def validation_stats_ref(pnl, day, start, stop):
+    """NumPy reference of ``validation_stats_kernel``."""
     import pandas as pd
 
-    d = pd.Series(pnl[start:stop]).groupby(day[start:stop], sort=False).sum().to_numpy()
-    eq = capital + np.cumsum(d)
-    r = d / np.concatenate([[capital], eq[:-1]])
-    sharpe = r.mean() / r.std(ddof=1) * np.sqrt(252) if len(r) > 1 and r.std(ddof=1) > 0 else 0.0
-    wealth = np.concatenate([[capital], eq])
-    mdd = float(np.min(wealth / np.maximum.accumulate(wealth) - 1))
-    return np.array([sharpe, pnl[start:stop].sum(), len(r), mdd])
+    x = np.asarray(pnl[start:stop], dtype=np.float64)
+    d = pd.Series(x).groupby(day[start:stop], sort=False).sum().to_numpy()
+    sharpe = d.mean() / d.std(ddof=1) * np.sqrt(252) if len(d) > 1 and d.std(ddof=1) > 0 else 0.0
+    cum = np.cumsum(x)
+    mdd = float(np.min(np.minimum(cum - np.maximum.accumulate(np.maximum(cum, 0.0)), 0.0))) if len(x) else 0.0
+    n = len(x)
+    bstd = x.std(ddof=1) if n > 1 else 0.0
+    bt = x.mean() / bstd * np.sqrt(n) if bstd > 0 else 0.0
+    return np.array([sharpe, x.sum(), len(d), mdd, x.mean() if n else 0.0, bstd, n, bt])

@@ -24,12 +24,17 @@ def test_walkforward_on_shipped_sample(strategy, tmp_path, capsys):
     assert "fold 5/5 done" in cap.err
     folds = pd.read_parquet(out / "folds.parquet")
     assert len(folds) == 5
+    assert list(folds["fold"]) == [1, 2, 3, 4, 5]  # one numbering: from 1, as on screen
     for k in range(5):
-        m = json.loads((out / f"fold_{k:03d}" / "metrics.json").read_text())
-        assert m["strategy"] == strategy and m["commission_usd"] > 0
-        assert len(pd.read_parquet(out / f"fold_{k:03d}" / "bars.parquet")) == folds.loc[k, "test_stop"] - folds.loc[k, "test_start"]
+        m = json.loads((out / f"fold_{k + 1:03d}" / "metrics.json").read_text())
+        assert m["strategy"] == strategy and m["commission_usd"] > 0 and m["fold"] == k + 1
+        assert m["annualization"].startswith("daily returns, 252") and m["days"] > 0 and "sharpe_ci95_low" in m
+        assert len(pd.read_parquet(out / f"fold_{k + 1:03d}" / "bars.parquet")) == folds.loc[k, "test_stop"] - folds.loc[k, "test_start"]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["stitched_oos"]["annualization"].startswith("daily returns, 252")
+    assert summary["annualization"].startswith("daily returns") and summary["account"].startswith("capital base $")
+    assert [r["fold"] for r in summary["folds"]] == [1, 2, 3, 4, 5]
+    assert all(r["annualization"].startswith("daily returns") for r in summary["folds"])
     assert "config.toml" in {p.name for p in out.iterdir()}
     # the saved config reproduces the run exactly
     rc = main([str(SAMPLE), "--config", str(out / "config.toml"), "--out", str(tmp_path / "again"), "--json",
@@ -99,14 +104,16 @@ def test_dqn_main_command_on_the_cpu_backend(tmp_path, capsys):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["backend"].startswith("cpu reference backend")
     assert set(summary["baselines"]) == {"buy-and-hold", "momentum"}
-    epochs = json.loads((out / "fold_000" / "epochs.json").read_text())
+    epochs = json.loads((out / "fold_001" / "epochs.json").read_text())
     assert len(epochs) == 2 and epochs[1]["updates"] == 20 and epochs[0]["ms"]["init"] > 0
+    assert [e["epoch"] for e in epochs] == [1, 2] and all("val_bar_t" in e for e in epochs)
     import numpy as np
 
-    w = np.load(out / "fold_000" / "weights.npy")
+    w = np.load(out / "fold_001" / "weights.npy")
     assert w.dtype == np.float32 and np.isfinite(w).all()
-    m = json.loads((out / "fold_001" / "metrics.json").read_text())
-    assert m["strategy"] == "dqn" and m["best_epoch"] in (0, 1) and m["commission_usd"] >= 0
+    m = json.loads((out / "fold_002" / "metrics.json").read_text())
+    assert m["strategy"] == "dqn" and m["best_epoch"] in (1, 2) and m["commission_usd"] >= 0
+    assert m["selected_by"] == "bar_t" and "chosen epoch" in cap.err
 
 
 def test_resume_keeps_finished_folds(tmp_path, capsys):
@@ -117,13 +124,13 @@ def test_resume_keeps_finished_folds(tmp_path, capsys):
     # an interrupted run: the last two folds never finished
     import shutil
 
-    for k in (3, 4):
+    for k in (4, 5):
         shutil.rmtree(out / f"fold_{k:03d}")
-    stamp = (out / "fold_000" / "metrics.json").stat().st_mtime_ns
+    stamp = (out / "fold_001" / "metrics.json").stat().st_mtime_ns
     assert main([str(SAMPLE), "--resume", str(out), "--progress", "none", "--json"]) == 0
     again = json.loads(capsys.readouterr().out)
-    assert (out / "fold_000" / "metrics.json").stat().st_mtime_ns == stamp  # not recomputed
-    assert (out / "fold_004").is_dir()
+    assert (out / "fold_001" / "metrics.json").stat().st_mtime_ns == stamp  # not recomputed
+    assert (out / "fold_005").is_dir()
     assert again["stitched_oos"]["net_pnl_usd"] == pytest.approx(first["stitched_oos"]["net_pnl_usd"])
     rc = main([str(SAMPLE), "--resume", str(out), "--set", "splits.embargo=10", "--progress", "none"])
     assert rc == 78 and "config.toml differs" in capsys.readouterr().err
@@ -141,7 +148,7 @@ def test_gpu_size_overrides_reach_the_trainer(tmp_path, capsys):
                "--set", "training.learning_starts=64", "--set", "gpu.hidden=16", "--set", "gpu.atoms=11",
                "--set", "gpu.batch=32", "--set", "gpu.n_envs=8"])
     assert rc == 0, capsys.readouterr().err
-    w = np.load(out / "fold_000" / "weights.npy")
+    w = np.load(out / "fold_001" / "weights.npy")
     n_features = 16  # the sample's feature count (with order flow)
     assert w.size == NetShape(obs_dim=n_features + 7, hidden=16, atoms=11).n_params
     assert main([str(SAMPLE), "--set", "gpu.atoms=1", "--out", str(tmp_path / "bad"), "--progress", "none"]) == 78

@@ -59,7 +59,7 @@ def _fold_files(run) -> dict:
 
 def _same_run(a, b) -> None:
     fa, fb = _fold_files(a), _fold_files(b)
-    assert list(fa) == list(fb) == ["fold_000", "fold_001", "fold_002"]
+    assert list(fa) == list(fb) == ["fold_001", "fold_002", "fold_003"]
     for k in fa:
         assert fa[k][0] == fb[k][0], k
         pd.testing.assert_frame_equal(fa[k][1], fb[k][1])
@@ -79,10 +79,10 @@ def test_process_workers_reproduce_the_run_and_resume(tmp_path, reference, capsy
     summary = json.loads((out / "summary.json").read_text())
     assert summary["backend"] == "2 spawned worker processes (CPU only)"
     # a fold lost from the run directory: --resume with workers runs only that one, to the same result
-    kept = (out / "fold_000" / "metrics.json").stat().st_mtime_ns
-    shutil.rmtree(out / "fold_001")
+    kept = (out / "fold_001" / "metrics.json").stat().st_mtime_ns
+    shutil.rmtree(out / "fold_002")
     assert main([str(SAMPLE), "--resume", str(out), "--workers", "2", "--progress", "none", "--json"]) == 0
-    assert (out / "fold_000" / "metrics.json").stat().st_mtime_ns == kept
+    assert (out / "fold_001" / "metrics.json").stat().st_mtime_ns == kept
     _same_run(reference, out)
 
 

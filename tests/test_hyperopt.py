@@ -84,7 +84,7 @@ TINY = """
 [swarm]
 particles = 3
 seed = 4
-folds = [0]
+folds = [1]
 [bounds.lr]
 type = "float"
 low = 1e-4

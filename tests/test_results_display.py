@@ -16,7 +16,7 @@ def test_html_rich_and_report(tmp_path):
     assert "stitched out-of-sample" in page and "sharpe" in page and "252 trading days" in page
     assert f"{res.metrics['net_pnl_usd']:.6g}" in page
     fold = res.fold_results[0]._repr_html_()
-    assert "fold 0 (momentum)" in fold and "test range" in fold
+    assert "fold 1 (momentum)" in fold and "test range" in fold
     console = Console(file=open(tmp_path / "t.txt", "w"), width=120)
     console.print(res)
     console.file.close()

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 from numba import cuda
 
@@ -83,17 +84,23 @@ def test_rollout_to_nstep_transitions():
         assert tuple(io2.copy_to_host()[j]) == tuple(int(x) for x in wi)
 
 
-def test_daily_sharpe_matches_metrics():
-    pnl = RNG.normal(20, 400, 300)
+@pytest.mark.parametrize("seed", [int(x) for x in np.random.SeedSequence().generate_state(2)])
+def test_validation_stats_match_reference_and_metrics(seed):
+    rng = np.random.default_rng(seed)
+    pnl = rng.normal(20, 400, 300) * (rng.random(300) < 0.7)  # flat bars too
     day = np.repeat(np.arange(30), 10).astype(np.int32)
-    out = cuda.to_device(np.full(4, np.nan, np.float32))
-    R.daily_sharpe_kernel[1, 1](cuda.to_device(pnl), cuda.to_device(day), 20, 280, 100_000.0, out)
+    out = cuda.to_device(np.full(R.VAL_STATS, np.nan))
+    R.validation_stats_kernel[1, 1](cuda.to_device(pnl), cuda.to_device(day), 23, 281, out)
     got = out.copy_to_host()
-    ref = R.daily_sharpe_ref(pnl, day, 20, 280, 100_000.0)
-    np.testing.assert_allclose(got, ref, rtol=1e-5)
-    d = pnl[20:280].reshape(-1, 10).sum(axis=1)
-    r = d / (100_000 + np.concatenate([[0], np.cumsum(d)[:-1]]))
-    assert got[0] == pytest.approx(M.sharpe_ratio(r), rel=1e-5)
+    ref = R.validation_stats_ref(pnl, day, 23, 281)
+    np.testing.assert_allclose(got, ref, rtol=1e-9, atol=1e-9, err_msg=f"seed {seed}")
+    x = pnl[23:281]
+    d = pd.Series(x).groupby(day[23:281]).sum().to_numpy()
+    assert got[R.VAL_DAILY_SHARPE] == pytest.approx(M.sharpe_ratio(d), rel=1e-9), f"seed {seed}"  # capital-free
+    assert got[R.VAL_BAR_T] == pytest.approx(x.mean() / x.std(ddof=1) * np.sqrt(len(x)), rel=1e-9), f"seed {seed}"
+    cum = np.cumsum(x)
+    assert got[R.VAL_MAX_DD] == pytest.approx(min(0.0, np.min(cum - np.maximum.accumulate(np.maximum(cum, 0)))))
+    assert (got[R.VAL_DAYS], got[R.VAL_BARS]) == (27, 258)
 
 
 def test_record_step_phases():

@@ -19,9 +19,9 @@ from rich.table import Table
 from .results import FoldResult
 
 
-FOLD_COLUMNS = ("fold", "test range", "status", "net PnL (USD)", "Sharpe (ann.)", "trades", "time (s)")
+FOLD_COLUMNS = ("fold", "test range", "status", "net PnL (USD)", "Sharpe (ann., days)", "trades", "epoch", "time (s)")
 EPOCH_COLUMNS = ("epoch", "init", "experience", "training", "validation", "total", "loss", "|Q| max", "eps",
-                 "val Sharpe", "val PnL (USD)")
+                 "val t (bars)", "val Sharpe (days)", "val PnL (USD)")
 
 
 def _fmt(v, spec: str) -> str:
@@ -34,10 +34,10 @@ def _fmt(v, spec: str) -> str:
 def epoch_line(log, n_epochs: int) -> str:
     """``epoch k/E: init=... experience=... training=... validation=... total=... ms`` plus learning figures."""
     ms = log.ms
-    return (f"epoch {log.epoch + 1}/{n_epochs}: init={ms.get('init', 0.0):.1f} experience={ms['experience']:.1f} "
+    return (f"epoch {log.epoch}/{n_epochs}: init={ms.get('init', 0.0):.1f} experience={ms['experience']:.1f} "
             f"training={ms['training']:.1f} validation={ms['validation']:.1f} total={ms['total']:.1f} ms | "
             f"updates={log.updates} loss={log.loss:.4f} |Q|max={log.max_abs_q:.3g} eps={log.epsilon:.2f} "
-            f"val_sharpe={log.val_sharpe:.2f} val_pnl_usd={log.val_pnl_usd:.0f}"
+            f"val_t={log.val_bar_t:.2f} val_sharpe={log.val_sharpe:.2f} val_pnl_usd={log.val_pnl_usd:.0f}"
             + (" | per update: sample={sample:.3f} update={update:.3f} guard={guard:.3f} ms".format(
                 **ms["training_breakdown_ms_per_update"]) if "training_breakdown_ms_per_update" in ms else "")
             + (" GUARD TRIPPED: weights restored" if log.guard_tripped else ""))
@@ -63,11 +63,14 @@ class PlainProgress:
 
     def fold_finished(self, res: FoldResult, seconds: float) -> None:
         if not res.ok:
-            self._say(f"fold {res.fold + 1}/{self.n} FAILED: {res.error}")
+            self._say(f"fold {res.fold}/{self.n} FAILED: {res.error}")
             return
         m = res.metrics
-        self._say(f"fold {res.fold + 1}/{self.n} done in {seconds:.2f}s: net_pnl_usd={m['net_pnl_usd']:.2f} "
-                  f"sharpe={_fmt(m['sharpe'], '.2f')} trades={m['trades']}")
+        chosen = (f" chosen epoch {m['best_epoch']} by {m['selected_by']} {_fmt(m.get('best_val_score'), '.2f')}"
+                  if "best_epoch" in m else "")
+        self._say(f"fold {res.fold}/{self.n} done in {seconds:.2f}s: net_pnl_usd={m['net_pnl_usd']:.2f} "
+                  f"sharpe={_fmt(m['sharpe'], '.2f')} ({m['days']} days{', FEW' if m.get('few_days') else ''}) "
+                  f"trades={m['trades']}{' RUINED' if m.get('ruined') else ''}{chosen}")
 
     def epoch(self, fold: int, log, n_epochs: int) -> None:
         self._say(f"fold {fold + 1}/{self.n} " + epoch_line(log, n_epochs))
@@ -93,7 +96,7 @@ class LiveDashboard(PlainProgress):
         self.epochs[log.epoch] = log
         self._n_epochs = n_epochs
         if fold in self.rows:
-            self.rows[fold][2] = f"epoch {log.epoch + 1}/{n_epochs}"
+            self.rows[fold][2] = f"epoch {log.epoch}/{n_epochs}"
         self._refresh()
 
     def _epoch_rows(self) -> list[list[str]]:
@@ -101,9 +104,10 @@ class LiveDashboard(PlainProgress):
         for e in sorted(getattr(self, "epochs", {})):
             g = self.epochs[e]
             ms = g.ms
-            rows.append([str(e + 1), f"{ms.get('init', 0):.0f}", f"{ms['experience']:.1f}", f"{ms['training']:.1f}",
+            rows.append([str(e), f"{ms.get('init', 0):.0f}", f"{ms['experience']:.1f}", f"{ms['training']:.1f}",
                          f"{ms['validation']:.1f}", f"{ms['total']:.1f}", f"{g.loss:.4f}", f"{g.max_abs_q:.3g}",
-                         f"{g.epsilon:.2f}", _fmt(g.val_sharpe, ".2f") + (" guard" if g.guard_tripped else ""),
+                         f"{g.epsilon:.2f}", _fmt(g.val_bar_t, ".2f") + (" guard" if g.guard_tripped else ""),
+                         _fmt(g.val_sharpe, ".2f"),
                          f"{g.val_pnl_usd:,.0f}"])
         return rows
 
@@ -120,7 +124,7 @@ class LiveDashboard(PlainProgress):
 
     def _render(self):
         head = " | ".join(f"{k}: {v}" for k, v in self.info.items())
-        done = sum(1 for r in self.rows.values() if r[2] in ("done", "failed"))
+        done = sum(1 for r in self.rows.values() if r[2] in ("done", "failed", "RUINED"))
         t = Table(expand=False, title=f"folds {done}/{self.n}  ({time.perf_counter() - self.t0:.1f} s)")
         for col in FOLD_COLUMNS:
             t.add_column(col, justify="right" if col not in ("test range", "status") else "left")
@@ -135,16 +139,18 @@ class LiveDashboard(PlainProgress):
         self.live.start()
 
     def fold_started(self, fold: int, ranges: dict) -> None:
-        self.rows[fold] = [str(fold + 1), ranges.get("test", ""), "running", "", "", "", ""]
+        self.rows[fold] = [str(fold + 1), ranges.get("test", ""), "running", "", "", "", "", ""]
         self._refresh()
 
     def fold_finished(self, res: FoldResult, seconds: float) -> None:
-        row = self.rows.setdefault(res.fold, [str(res.fold + 1), "", "", "", "", "", ""])
+        row = self.rows.setdefault(res.fold - 1, [str(res.fold), "", "", "", "", "", "", ""])
         if res.ok:
             m = res.metrics
-            row[2:] = ["done", f"{m['net_pnl_usd']:,.0f}", _fmt(m["sharpe"], ".2f"), str(m["trades"]), f"{seconds:.2f}"]
+            sharpe = _fmt(m["sharpe"], ".2f") + f" ({m['days']} d{', few' if m.get('few_days') else ''})"
+            row[2:] = ["RUINED" if m.get("ruined") else "done", f"{m['net_pnl_usd']:,.0f}", sharpe,
+                       str(m["trades"]), str(m.get("best_epoch", "")), f"{seconds:.2f}"]
         else:
-            row[2:] = ["failed", "", "", "", f"{seconds:.2f}"]
+            row[2:] = ["failed", "", "", "", "", f"{seconds:.2f}"]
         self._refresh()
 
     def _refresh(self) -> None:
@@ -208,7 +214,7 @@ class NotebookProgress(LiveDashboard):
             body = "".join("<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in r) + "</tr>" for r in rows)
             return f"<b>{html.escape(title)}</b><table><tr>{head}</tr>{body}</table>"
 
-        done = sum(1 for r in self.rows.values() if r[2] in ("done", "failed"))
+        done = sum(1 for r in self.rows.values() if r[2] in ("done", "failed", "RUINED"))
         state = "finished" if self.summary is not None else "running"
         parts = [f"<div><b>workbench walk-forward ({state})</b> - "
                  + html.escape(" | ".join(f"{k}: {v}" for k, v in self.info.items())) + "<br>",

@@ -63,7 +63,8 @@ def _error_chain(exc: BaseException) -> str:
 
 
 def _failed(cfg, bars, k: int, ranges: dict, exc: BaseException, tb: str = "") -> FoldResult:
-    res = FoldResult(k, cfg.strategy.name, bars.frame.iloc[:0], bars.frame.iloc[:0], {}, ranges, error=_error_chain(exc))
+    res = FoldResult(k + 1, cfg.strategy.name, bars.frame.iloc[:0], bars.frame.iloc[:0], {}, ranges,
+                     error=_error_chain(exc))
     res.traceback = tb
     return res
 
@@ -89,7 +90,7 @@ def rule_fold(cfg, k: int, prep: Prepared, ranges: dict) -> FoldResult:
                     sim.slippage, sim.ruined_bar)
     if not np.isfinite(m["net_pnl_usd"]):
         raise ArithmeticError(f"fold {k}: non-finite PnL")
-    return FoldResult(k, cfg.strategy.name, sim.frame(), sim.trades, m, ranges)
+    return FoldResult(k + 1, cfg.strategy.name, sim.frame(), sim.trades, m, ranges)
 
 
 _WORKER_CACHE: dict = {}
@@ -235,7 +236,7 @@ class WalkForward:
     def _record(run_dir, res: FoldResult, ranges: dict, agent: bool) -> None:
         if run_dir is None:
             return
-        k = res.fold
+        k = res.fold  # the fold's number, from 1
         if res.ok:
             extra = {"ranges": ranges, "strategy": res.strategy}
             files = {}

@@ -142,7 +142,7 @@ def _timing_panel(ax, folds: list, title: str) -> bool:
     for i, (k, e) in enumerate(rows):
         new_fold = k not in first
         first.setdefault(k, i)
-        labels.append(f"{int(e['epoch']) + 1}" + (f"\nfold {k}" if new_fold else ""))
+        labels.append(f"{int(e['epoch'])}" + (f"\nfold {k}" if new_fold else ""))
         if new_fold:
             if i:
                 ax.axvline(i - 0.5, color="#555", lw=0.7, ls=":")
@@ -228,20 +228,24 @@ def plot_fold(fold, path=None, dpi: int = 110):
                       "(annualised daily)", fontsize=10)
     if epochs:
         ax = axes[2]
-        _timing_panel(ax, [fold], "phase times per epoch (ms) and the validation Sharpe that chose the epoch")
+        from .agent.selection import SELECT_RULES
+
+        rule = m.get("selected_by", "daily_sharpe")
+        key = SELECT_RULES.get(rule, SELECT_RULES["daily_sharpe"])[0]
+        _timing_panel(ax, [fold], f"phase times per epoch (ms) and the statistic that chose the epoch ({rule})")
         tw = ax.twinx()
-        vs = np.array([e["val_sharpe"] for e in epochs], dtype=float)
-        tw.plot(np.arange(len(vs)), vs, "ko-", ms=3, lw=1, label="validation Sharpe")
-        best = m.get("best_epoch")
-        if best is not None and np.isfinite(best) and 0 <= int(best) < len(vs):
-            tw.plot([int(best)], [vs[int(best)]], marker="*", ms=12, color="gold", mec="black", ls="",
-                    label="chosen epoch")
+        vs = np.array([e.get(key, np.nan) for e in epochs], dtype=float)
+        tw.plot(np.arange(len(vs)), vs, "ko-", ms=3, lw=1, label=f"validation {rule}")
+        best = m.get("best_epoch")  # numbered from 1; the x axis counts from 0
+        if best is not None and np.isfinite(best) and 1 <= int(best) <= len(vs):
+            tw.plot([int(best) - 1], [vs[int(best) - 1]], marker="*", ms=12, color="gold", mec="black", ls="",
+                    label=f"chosen epoch {int(best)}")
         fin = vs[np.isfinite(vs)]
         if len(fin):
             lo, hi = float(fin.min()), float(fin.max())
             span = max(hi - lo, 1e-6)
             tw.set_ylim(lo - 0.1 * span, hi + 0.5 * span)
-        tw.set_ylabel("validation Sharpe (annualised)")
+        tw.set_ylabel(f"validation {rule}")
         # one legend, on the twin axis (drawn on top), so the init label at the upper left stays visible
         h1, l1 = ax.get_legend_handles_labels()
         h2, l2 = tw.get_legend_handles_labels()

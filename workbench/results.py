@@ -13,14 +13,15 @@ from .account import Account
 from .markets import MarketSpec
 
 PHASES = ("init", "experience", "training", "validation")  # an epoch's timed phases (ms)
-HEADLINE = ("net_pnl_usd", "sharpe", "sortino", "cagr", "max_drawdown", "trades", "win_rate", "exposure")
+HEADLINE = ("net_pnl_usd", "sharpe", "sharpe_ci95_low", "sharpe_ci95_high", "days", "few_days", "psr", "sortino", "cagr",
+            "max_drawdown", "ruined", "trades", "win_rate", "exposure")
 
 
 @dataclass
 class FoldResult:
     """One fold's out-of-sample (test range) result."""
 
-    fold: int
+    fold: int                   # numbered from 1, as on screen, in tables, JSON and fold_NNN directories
     strategy: str
     bars: pd.DataFrame          # per-bar position, pnl_usd, commission_usd, slippage_usd, equity_usd
     trades: pd.DataFrame
@@ -120,8 +121,12 @@ class WalkForwardResult:
         """One row per fold: its ranges and headline test metrics."""
         rows = []
         for f in self.fold_results:
-            row = {"fold": f.fold, **f.ranges, "status": "ok" if f.ok else f"failed: {f.error}"}
+            status = ("RUINED" if f.metrics.get("ruined") else "ok") if f.ok else f"failed: {f.error}"
+            row = {"fold": f.fold, **f.ranges, "status": status}
             row.update({k: f.metrics.get(k, np.nan) for k in HEADLINE})
+            if "best_epoch" in f.metrics:  # the agent: which epoch's weights, chosen by what
+                row.update(epoch=f.metrics["best_epoch"], selected_by=f.metrics.get("selected_by", ""))
+            row["annualization"] = M.ANNUALIZATION_NOTE
             rows.append(row)
         return pd.DataFrame(rows)
 
@@ -138,8 +143,9 @@ def _epochs_frame(folds) -> pd.DataFrame:
             ms = e.get("ms", {})
             rows.append({"fold": f.fold, "epoch": int(e["epoch"]),
                          **{f"{p}_ms": float(ms.get(p, 0.0)) for p in PHASES}, "total_ms": float(ms.get("total", 0.0)),
-                         **{k: e[k] for k in ("updates", "loss", "grad_norm", "max_abs_q", "epsilon", "val_sharpe",
-                                              "val_pnl_usd", "guard_tripped") if k in e},
+                         **{k: e[k] for k in ("updates", "loss", "grad_norm", "max_abs_q", "epsilon", "val_bar_t",
+                                              "val_bars", "val_sharpe", "val_days", "val_pnl_usd",
+                                              "val_max_drawdown_usd", "guard_tripped") if k in e},
                          **{f"per_update_{k}_ms": v for k, v in ms.get("training_breakdown_ms_per_update", {}).items()},
                          "chosen": int(e["epoch"]) == int(f.metrics.get("best_epoch", -1))})
     return pd.DataFrame(rows)

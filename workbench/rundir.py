@@ -5,7 +5,7 @@ Layout::
     RUN/config.toml            resolved config (reproduces the run with --config)
     RUN/data_report.json       validation report of the input
     RUN/folds.parquet|json     the folds table
-    RUN/fold_000/              metrics.json, trades.parquet, bars.parquet; for the agent also
+    RUN/fold_001/              metrics.json, trades.parquet, bars.parquet; for the agent also
                                epochs.json (per-epoch phase timings, losses, validation) and
                                weights.npy (the selected epoch's flat parameters); written atomically
     RUN/summary.json           stitched out-of-sample metrics, per-fold table, annualisation
@@ -98,10 +98,12 @@ class RunDir:
         os.replace(tmp, final)
         return final
 
-    def finished_fold(self, fold: int):
-        """A fold written by an earlier run (``None`` if absent or incomplete)."""
+    def finished_fold(self, k: int):
+        """The k-th fold (from 0; its directory and number count from 1) as written by an earlier run
+        (``None`` if absent or incomplete)."""
         from .results import FoldResult
 
+        fold = k + 1
         d = self.path / f"fold_{fold:03d}"
         if not (d / "metrics.json").is_file():
             return None

@@ -146,7 +146,8 @@ def resolve_sizes(ts: np.ndarray, cfg: SplitConfig, purge: int, warmup: int, max
 
 
 def walk_forward_splits(ts: np.ndarray, cfg: SplitConfig, max_lookback: int, warmup: int) -> pd.DataFrame:
-    """Folds as a DataFrame: ``fold, {train,val,test}_{start,stop}`` positions and their first/last times;
+    """Folds as a DataFrame (row k = the k-th fold, numbered ``fold`` = k + 1 wherever a user sees it):
+    ``{train,val,test}_{start,stop}`` positions and their first/last times;
     ``attrs["sizing"]`` says which sizes were used and how they were chosen."""
     if cfg.scheme not in ("rolling", "anchored"):
         raise ConfigError(f"splits.scheme must be 'rolling' or 'anchored', got {cfg.scheme!r}")
@@ -181,7 +182,7 @@ def walk_forward_splits(ts: np.ndarray, cfg: SplitConfig, max_lookback: int, war
         test_stop = _advance(ts, test_start, test)
         if test_stop > n:
             break
-        rows.append(dict(fold=k, train_start=train_start, train_stop=train_stop, val_start=val_start,
+        rows.append(dict(fold=k + 1, train_start=train_start, train_stop=train_stop, val_start=val_start,
                          val_stop=val_stop, test_start=test_start, test_stop=test_stop, purge=purge))
         k += 1
         if cfg.max_folds and k >= cfg.max_folds:

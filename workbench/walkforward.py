@@ -15,6 +15,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from . import metrics as M
 from .config import describe, load_config
 from .dashboard import make_progress
 from .data import bars_for
@@ -51,12 +52,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _print_results(result, console: Console) -> None:
-    t = Table(title=f"{result.strategy}: out-of-sample test ranges")
+    t = Table(title=f"{result.strategy}: out-of-sample test ranges",
+              caption=f"Sharpe: {M.ANNUALIZATION_NOTE}, 95% interval (Mertens SE); * fewer than {M.MIN_DAYS} days; "
+                      f"{result.account.describe() if result.account else ''}")
     frame = result.to_frame()
-    cols = ["fold", "test", "status", "net_pnl_usd", "sharpe", "max_drawdown", "trades", "win_rate", "exposure"]
+    cols = ["fold", "test", "status", "net_pnl_usd", "sharpe", "sharpe 95%", "days", "max_drawdown", "trades",
+            *(["epoch"] if "epoch" in frame.columns else []), "win_rate", "exposure"]
     for c in cols:
         t.add_column(c, justify="left" if c in ("test", "status") else "right")
     for row in frame.to_dict(orient="records"):
+        row["sharpe 95%"] = (f"{row['sharpe_ci95_low']:.3g} .. {row['sharpe_ci95_high']:.3g}"
+                             if row["sharpe_ci95_low"] == row["sharpe_ci95_low"] else "n/a")
+        row["days"] = f"{row['days']}{'*' if row['few_days'] is True else ''}" if row["days"] == row["days"] else ""
         t.add_row(*[(f"{row[c]:.4g}" if isinstance(row[c], float) else str(row[c])) for c in cols])
     console.print(t)
     m = result.metrics
@@ -68,14 +75,16 @@ def _print_results(result, console: Console) -> None:
     console.print(s)
     if result.baselines:
         who = "agent against the rule baselines" if result.strategy == "dqn" else f"{result.strategy} against the other rules"
-        c = Table(title=f"stitched out-of-sample: {who} (same folds, same costs)")
+        c = Table(title=f"stitched out-of-sample: {who} (same folds, same costs)", caption=M.ANNUALIZATION_NOTE)
         names = [result.strategy, *result.baselines]
         c.add_column("metric")
         for n in names:
             c.add_column(n, justify="right")
         rows = {result.strategy: m, **result.baselines}
-        for key in ("net_pnl_usd", "sharpe", "psr", "max_drawdown", "trades", "commission_usd", "slippage_usd"):
-            c.add_row(key, *[f"{rows[n].get(key, float('nan')):.4g}" for n in names])
+        for key in ("net_pnl_usd", "sharpe", "sharpe_se", "days", "psr", "max_drawdown", "ruined", "trades",
+                    "commission_usd", "slippage_usd"):
+            c.add_row(key, *[(f"{v:.4g}" if isinstance(v, float) else str(v))
+                             for v in (rows[n].get(key, float("nan")) for n in names)])
         console.print(c)
 
 
@@ -103,19 +112,24 @@ def run(args: argparse.Namespace) -> int:
     bars = bars_for(args.data, cfg)
     print_notes(bars.report.lines())  # before the features and folds, which may refuse short data
     prepared = wf.prepare(bars)
-    print_notes([("splits", prepared.folds.attrs["sizing"])])
+    print_notes(prepared.notes()[-2:])  # the split sizes and the account
     executor = executor_from_args(args, cfg.device)
     try:
         result = wf.run(prepared, progress=make_progress(args.progress), run_dir=run_dir, executor=executor)
     finally:
         executor.close()
     if args.json:
-        print(dumps({"run_dir": str(run_dir.path), "strategy": result.strategy, "stitched_oos": result.metrics,
+        print(dumps({"run_dir": str(run_dir.path), "strategy": result.strategy, "account": prepared.account.describe(),
+                     "annualization": M.ANNUALIZATION_NOTE, "stitched_oos": result.metrics,
                      "folds": result.to_frame().to_dict(orient="records")}))
     else:
         console = Console(file=sys.stdout, width=None if sys.stdout.isatty() else 140)
         _print_results(result, console)
         print(run_dir.path)
+    ruined = [f.fold for f in result.fold_results if f.ok and f.metrics.get("ruined")]
+    if ruined or result.metrics.get("ruined"):
+        print(f"workbench: warning: RUINED: the account's equity reached the ruin level in fold(s) "
+              f"{', '.join(map(str, ruined)) or '(stitched only)'}; {prepared.account.describe()}", file=sys.stderr)
     failed = [f for f in result.fold_results if not f.ok]
     if failed:
         print(f"workbench: warning: {len(failed)} fold(s) failed; see {run_dir.path}/fold_*_error.json", file=sys.stderr)

@@ -23,6 +23,7 @@ from cuda_kernels.philox import uniforms4_ref
 from ..gpu_profile import GpuProfile
 from ..markets import MarketSpec
 from .network import NetShape, backward_ref, forward_ref, init_params
+from .selection import EpochSelector
 from .train_config import TrainConfig
 from .trainer import EpochLog, FoldTrainResult, philox_keys
 from .window import MAX_POS, N_POS, Window
@@ -170,7 +171,7 @@ class CpuTrainer:
         done = np.ones(N, np.float32)
         self._reset(done, w)
         init_ms = (time.perf_counter() - t0) * 1e3
-        logs, best_epoch, best_sharpe = [], -1, -np.inf
+        logs, chooser = [], EpochSelector(cfg.select_by)
         for epoch in range(cfg.epochs):
             eps = cfg.epsilon(epoch)
             snap = (self.params.copy(), self.target.copy(), self.m.copy(), self.v.copy())
@@ -209,26 +210,27 @@ class CpuTrainer:
             vpos, vpnl, _ = self._backtest(self.params, w, w.val, shape, support)
             full = np.zeros(w.n_bars)
             full[w.val[0]:w.val[1]] = vpnl
-            val = K_ro.daily_sharpe_ref(full, w.day, w.val[0], w.val[1], self.capital)
+            val = K_ro.validation_stats_ref(full, w.day, w.val[0], w.val[1])
             td = time.perf_counter()
             ms = {"experience": (tb - ta) * 1e3, "training": (tc - tb) * 1e3, "validation": (td - tc) * 1e3}
             ms["init"] = init_ms if epoch == 0 else 0.0  # the fold's one-off init phase, reported once
             ms["total"] = sum(ms.values())
-            log = EpochLog(epoch, eps, self.size, len(losses), float(np.mean(losses)) if losses else 0.0,
-                           float(np.mean(norms)) if norms else 0.0, max_q, tripped,
-                           float(val[0]) if not tripped else float("nan"), float(val[1]), int(val[2]), float(val[3]), ms)
+            log = EpochLog.from_stats(epoch + 1, eps, self.size, len(losses), float(np.mean(losses)) if losses else 0.0,
+                                      float(np.mean(norms)) if norms else 0.0, max_q, tripped, val, ms)
             logs.append(log)
-            if not tripped and log.val_sharpe > best_sharpe:
-                best_epoch, best_sharpe, best = epoch, log.val_sharpe, self.params.copy()
+            if chooser.offer(log):
+                best = self.params.copy()
             if on_epoch:
                 on_epoch(log)
-        if best_epoch < 0:
+        if chooser.best_epoch < 0:
             best = self.params.copy()
+        best_epoch, best_score = chooser.best_epoch, chooser.best_score
         if not test:
-            return FoldTrainResult(logs, best_epoch, float(best_sharpe), best, np.zeros(0, np.int32), np.zeros(0),
-                                   np.zeros((0, 3), np.int32), init_ms, backend="cpu")
+            _vpos, vpnl, _ = self._backtest(best, w, w.val, shape, support)
+            return FoldTrainResult(logs, best_epoch, best_score, best, np.zeros(0, np.int32), np.zeros(0),
+                                   np.zeros((0, 3), np.int32), init_ms, backend="cpu", val_pnl=np.asarray(vpnl, np.float64))
         pos, pnl, greedy = self._backtest(best, w, w.test, shape, support)
         a, b = w.test
         taken = greedy.reshape(-1, N_POS, 3)[a:b][np.arange(b - a), np.clip(pos + MAX_POS, 0, N_POS - 1)]
-        return FoldTrainResult(logs, best_epoch, float(best_sharpe), best, pos, pnl, taken, init_ms, backend="cpu",
+        return FoldTrainResult(logs, best_epoch, best_score, best, pos, pnl, taken, init_ms, backend="cpu",
                                counters={"replay_capacity": cap})

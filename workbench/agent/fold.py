@@ -51,9 +51,11 @@ def run_dqn_fold(k: int, prep, cfg, backend, ranges: dict, on_epoch=None):
     sim = simulate(target, test, spec, order=order, limit=limit, capital=acct.capital, ruin_level=acct.ruin_level)
     m = M.summarize(sim.pnl, sim.index, sim.position, sim.trades, spec, acct.capital, sim.commission, sim.slippage,
                     sim.ruined_bar)
-    m.update(best_epoch=res.best_epoch, best_val_sharpe=res.best_val_sharpe, backend=res.backend,
+    chosen = res.epochs[res.best_epoch - 1] if res.best_epoch >= 1 else None
+    m.update(best_epoch=res.best_epoch, selected_by=cfg.training.select_by, best_val_score=res.best_val_score,
+             best_val_sharpe=chosen.val_sharpe if chosen else float("nan"), backend=res.backend,
              init_ms=res.init_ms, **{f"counter_{key}": v for key, v in res.counters.items()})
-    out = FoldResult(k, "dqn", sim.frame(), sim.trades, m, ranges)
+    out = FoldResult(k + 1, "dqn", sim.frame(), sim.trades, m, ranges)
     out.epochs = res.epochs
     out.params = res.params
     return out

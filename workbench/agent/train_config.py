@@ -9,7 +9,7 @@ from ..errors import ConfigError
 
 @dataclass(frozen=True)
 class TrainConfig:
-    epochs: int = _f(8, "training epochs per fold; the best by validation Sharpe is kept")
+    epochs: int = _f(8, "training epochs per fold; the best by the validation statistic (select_by) is kept")
     max_steps_per_epoch: int = _f(400, "gradient updates per epoch (the training phase's length)")
     rollout_steps: int = _f(64, "env steps per epoch in the experience phase (each of n_envs envs)")
     episode_len: int = _f(1024, "bars per training episode (random start inside the train range)")
@@ -35,7 +35,8 @@ class TrainConfig:
     replay_capacity: int = _f(1_000_000, "replay ring capacity (also capped by the GPU profile's memory share)")
     learning_starts: int = _f(4096, "transitions in replay before the first update")
     q_limit: float = _f(1e4, "the guard trips when |Q| exceeds this")
-    validation_every: int = _f(1, "validate every k epochs")
+    select_by: str = _f("bar_t", "epoch selection statistic on the validation range: 'bar_t' (t-statistic of the mean "
+                        "per-bar PnL), 'daily_sharpe' or 'pnl' (workbench/agent/selection.py)")
 
     def epsilon(self, epoch: int) -> float:
         if self.eps_decay_epochs <= 0:
@@ -53,6 +54,7 @@ def validate(cfg: TrainConfig) -> TrainConfig:
         (cfg.max_position == 3, "max_position must be 3 (the size branch has 3 actions)"),
         (cfg.episode_len >= cfg.n_step + 2, "episode_len must exceed n_step + 1"),
         (cfg.replay_capacity >= 1024, "replay_capacity must be >= 1024"),
+        (cfg.select_by in ("bar_t", "daily_sharpe", "pnl"), "select_by must be 'bar_t', 'daily_sharpe' or 'pnl'"),
         (0 <= cfg.eps_end <= 1 and 0 <= cfg.eps_start <= 1, "epsilons must be in [0, 1]"),
     ]
     for ok, msg in checks:

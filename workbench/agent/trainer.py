@@ -42,6 +42,7 @@ from ..device import Device, HostSlot, Readback
 from ..gpu_profile import GpuProfile
 from ..markets import MarketSpec
 from .network import DeviceNetwork, NetShape, init_params
+from .selection import EpochSelector
 from .train_config import TrainConfig
 from .window import MAX_POS, N_POS, Window
 
@@ -50,7 +51,7 @@ BYTES_PER_TRANSITION = 7 * 4 + 2 * 4 + 4 + 8 + 4  # stores, priority, prefix sum
 
 @dataclass
 class EpochLog:
-    epoch: int
+    epoch: int                  # numbered from 1 (as on screen and in epochs.json)
     epsilon: float
     replay_size: int
     updates: int
@@ -58,18 +59,29 @@ class EpochLog:
     grad_norm: float
     max_abs_q: float
     guard_tripped: bool
-    val_sharpe: float
+    val_sharpe: float           # annualised Sharpe of daily validation PnL (252 days, rf 0), capital-free
     val_pnl_usd: float
     val_days: int
-    val_max_drawdown: float
+    val_max_drawdown_usd: float  # of the cumulative validation PnL, per bar
+    val_bar_t: float            # t-statistic of the mean per-bar validation PnL
+    val_bars: int
     ms: dict = field(default_factory=dict)
+
+    @classmethod
+    def from_stats(cls, epoch, eps, replay_size, updates, loss, grad_norm, max_abs_q, tripped, val, ms) -> "EpochLog":
+        """One epoch's log from the validation statistics (``cuda_kernels.rollout.VAL_*`` order)."""
+        nan = float("nan")
+        return cls(epoch, eps, replay_size, updates, loss, grad_norm, max_abs_q, tripped,
+                   nan if tripped else float(val[K_ro.VAL_DAILY_SHARPE]), float(val[K_ro.VAL_PNL]),
+                   int(val[K_ro.VAL_DAYS]), float(val[K_ro.VAL_MAX_DD]),
+                   nan if tripped else float(val[K_ro.VAL_BAR_T]), int(val[K_ro.VAL_BARS]), ms)
 
 
 @dataclass
 class FoldTrainResult:
     epochs: list[EpochLog]
-    best_epoch: int
-    best_val_sharpe: float
+    best_epoch: int             # the chosen epoch's number (from 1); -1: none
+    best_val_score: float       # the selection statistic of the chosen epoch (training.select_by)
     params: np.ndarray
     test_position: np.ndarray   # int32 [T_test]
     test_pnl: np.ndarray        # float64 [T_test], USD
@@ -77,6 +89,7 @@ class FoldTrainResult:
     init_ms: float
     backend: str
     counters: dict = field(default_factory=dict)
+    val_pnl: np.ndarray = field(default_factory=lambda: np.zeros(0))  # float64 [T_val] USD, chosen weights (search)
 
 
 def philox_keys(seed: int) -> tuple[int, int]:
@@ -192,7 +205,7 @@ class DeviceTrainer:
         self.bt_pos, self.bt_pnl = zeros(w.n_bars, np.int32), zeros(w.n_bars, np.float64)
         self.val_range = (up(np.array([w.val[0]], np.int64)), up(np.array([w.val[1]], np.int64)))
         self.test_range = (up(np.array([w.test[0]], np.int64)), up(np.array([w.test[1]], np.int64)))
-        self.val_out = zeros(4, np.float32)
+        self.val_out = zeros(K_ro.VAL_STATS, np.float64)
 
     # ---------------------------------------------------------------- enqueued work (capturable)
     def _reset_envs(self, st, w: Window) -> None:
@@ -304,7 +317,7 @@ class DeviceTrainer:
 
     def _validate(self, st, w: Window) -> None:
         self._backtest(st, self.params, w.val, self.val_range)
-        K_ro.daily_sharpe_kernel[1, 1, st](self.bt_pnl, self.day, w.val[0], w.val[1], self.capital, self.val_out)
+        K_ro.validation_stats_kernel[1, 1, st](self.bt_pnl, self.day, w.val[0], w.val[1], self.val_out)
 
     # ---------------------------------------------------------------- the fold
     def prepare(self, w: Window) -> dict:
@@ -341,7 +354,7 @@ class DeviceTrainer:
         readback = Readback(d, {"stats": self.stats, "guard": self.guard, "val": self.val_out, "size": self.size,
                                 "bad": self.bad})
         logs: list[EpochLog] = []
-        best_epoch, best_sharpe = -1, -np.inf
+        chooser = EpochSelector(cfg.select_by)
         for epoch in range(cfg.epochs):
             eps = cfg.epsilon(epoch)
             self.eps_slot.value[0] = eps  # copied in by the experience graph's first node
@@ -387,20 +400,20 @@ class DeviceTrainer:
                     dst.copy_to_device(src, stream=st)
                 self.guard.copy_to_device(np.zeros(1, np.int32), stream=st)
             n_upd = int(stats[2])
-            log = EpochLog(epoch, eps, int(r["size"][0]), n_upd, float(stats[0] / max(n_upd, 1)),
-                           float(stats[1] / max(n_upd, 1)), float(stats[3]), tripped,
-                           float(val[0]) if not tripped else float("nan"), float(val[1]), int(val[2]), float(val[3]), ms)
+            log = EpochLog.from_stats(epoch + 1, eps, int(r["size"][0]), n_upd, float(stats[0] / max(n_upd, 1)),
+                                      float(stats[1] / max(n_upd, 1)), float(stats[3]), tripped, val, ms)
             logs.append(log)
-            if not tripped and np.isfinite(log.val_sharpe) and log.val_sharpe > best_sharpe:
-                best_epoch, best_sharpe = epoch, log.val_sharpe
+            if chooser.offer(log):
                 self.best.copy_to_device(self.params, stream=st)
             if on_epoch:
                 on_epoch(log)
-        if best_epoch < 0:
+        if chooser.best_epoch < 0:
             self.best.copy_to_device(self.params, stream=st)
+        best_epoch, best_score = chooser.best_epoch, chooser.best_score
         if not test:
-            return FoldTrainResult(logs, best_epoch, float(best_sharpe), self.best.copy_to_host(), np.zeros(0, np.int32),
-                                   np.zeros(0), np.zeros((0, 3), np.int32), init_ms, backend="gpu")
+            return FoldTrainResult(logs, best_epoch, best_score, self.best.copy_to_host(), np.zeros(0, np.int32),
+                                   np.zeros(0), np.zeros((0, 3), np.int32), init_ms, backend="gpu",
+                                   val_pnl=self._val_pnl(w))
         self._backtest(st, self.best, w.test, self.test_range)
         d.synchronize()
         a, b = w.test
@@ -408,9 +421,15 @@ class DeviceTrainer:
         pnl = self.bt_pnl.copy_to_host()[a:b]
         greedy = self.greedy.copy_to_host().reshape(-1, N_POS, 3)[a:b]
         taken = greedy[np.arange(b - a), np.clip(pos + MAX_POS, 0, N_POS - 1)]
-        return FoldTrainResult(logs, best_epoch, float(best_sharpe), self.best.copy_to_host(), pos, pnl, taken, init_ms,
+        return FoldTrainResult(logs, best_epoch, best_score, self.best.copy_to_host(), pos, pnl, taken, init_ms,
                                backend=f"gpu:{d.info.name}:{getattr(self.gemm, 'name', 'gemm')}",
                                counters={"replay_capacity": self.cap, "bad_priority_indices": int(r["bad"][0])})
+
+    def _val_pnl(self, w: Window) -> np.ndarray:
+        """Per-bar validation PnL (USD) of the chosen weights: the search's overfitting statistics read it."""
+        self._backtest(self.device.stream, self.best, w.val, self.val_range)
+        self.device.synchronize()
+        return self.bt_pnl.copy_to_host()[w.val[0]:w.val[1]].copy()
 
     def _restore_after_warmup(self, st, w: Window) -> None:
         """Undo the warm-up launches: weights, optimiser, counters, replay and envs back to their start."""

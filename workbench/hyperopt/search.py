@@ -57,12 +57,13 @@ def evaluate_candidate(base: RunConfig, values: dict, bars, score_folds, backend
         prep, backend = worker_context(base, bars)
     bars, feats, folds = prep.bars, prep.feats, prep.folds
     sharpes = []
-    for k in score_folds:
+    for label in score_folds:  # fold numbers, from 1
+        k = label - 1
         w = make_window(bars, feats, folds.loc[k].to_dict())
         trainer = backend.trainer(cfg.training, bars.market, prep.account.capital, seed=cfg.seed * 1000 + k,
                                   overrides=cfg.gpu)
         res = trainer.train_fold(w, test=False)
-        sharpes.append(res.best_val_sharpe)
+        sharpes.append(res.epochs[res.best_epoch - 1].val_sharpe if res.best_epoch >= 1 else float("nan"))
     return sharpes, "ok"
 
 
@@ -76,10 +77,10 @@ class Search:
 
         self.prep = WalkForward(base).prepare(bars)  # the same preparation as a walk-forward's
         self.feats, self.folds = self.prep.feats, self.prep.folds
-        chosen = profile.swarm.folds or tuple(range(len(self.folds)))
-        bad = [k for k in chosen if not 0 <= k < len(self.folds)]
+        chosen = profile.swarm.folds or tuple(range(1, len(self.folds) + 1))
+        bad = [k for k in chosen if not 1 <= k <= len(self.folds)]
         if bad:
-            raise ConfigError(f"swarm.folds names folds {bad} but the data has {len(self.folds)}")
+            raise ConfigError(f"swarm.folds names folds {bad} but the data has folds 1..{len(self.folds)}")
         self.score_folds = chosen
         self.backend = make_backend(base.device) if self.executor.live_progress else None
         s = profile.swarm
