@@ -145,6 +145,13 @@ def test_tiny_search_resume_and_best_config(tmp_path, capsys, monkeypatch):
     pd.testing.assert_frame_equal(again.drop(columns="seconds"), full.drop(columns="seconds"))
     summary = json.loads((out / "summary.json").read_text())
     assert summary["best_mean_val_sharpe"] == pytest.approx(full["mean_val_sharpe"].max())
+    over = summary["overfitting"]
+    assert over["trials_started"] == 5 and over["trials_finished"] == int(np.isfinite(full["mean_val_sharpe"]).sum())
+    hourly = [json.loads(x) for x in full["val_pnl_hourly"]]
+    assert len({len(h) for h in hourly}) == 1 and len(hourly[0]) > 4  # every trial: the same validation hours
+    if over["trials_finished"] >= 2:
+        assert 0.0 <= over["pbo"]["pbo"] <= 1.0 and over["pbo"]["trials"] == over["trials_finished"]
+    assert "probability of backtest overfitting" in capsys.readouterr().err
     capsys.readouterr()
     # the best configuration is a run config that walkforward accepts as it is
     assert walkforward([str(SAMPLE), "--config", str(out / "best.toml"), "--out", str(tmp_path / "wf"),

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import math
 import sys
 import time
 from pathlib import Path
@@ -122,19 +121,23 @@ def _search(args, base, profile, bars, out, run_dir, live, executor) -> int:
     best_cfg = candidate_config(base, best_values)
     run_dir.write_text("best.toml", to_toml(best_cfg))
     best = search.best_row()
+    over = search.overfitting()
     summary = {"trials": len(log), "best_trial": int(best["trial"]), "best_mean_val_sharpe": best["mean_val_sharpe"],
                "best_values": best_values, "scored_folds": list(search.score_folds),
-               "annualization": M.ANNUALIZATION_NOTE}
+               "annualization": M.ANNUALIZATION_NOTE, "overfitting": over}
+    pbo = over["pbo"].get("pbo", float("nan"))
+    print(f"workbench: search: probability of backtest overfitting {pbo:.2f} (CSCV over {over['trials_finished']} "
+          f"trials' hourly validation PnL); deflated Sharpe counts {over['trials_started']} trials started",
+          file=sys.stderr)
     if not args.no_test:
+        print("workbench: search: the best configuration now runs once over every test range (out of sample)",
+              file=sys.stderr)
         res = WalkForward(best_cfg).run(bars, progress=None, executor=executor)
-        per_day = log["mean_val_sharpe"].to_numpy(dtype=float) / math.sqrt(M.ANNUALIZATION)
-        per_day = per_day[np.isfinite(per_day)]
-        var = float(np.var(per_day, ddof=1)) if len(per_day) > 1 else 0.0
         summary["out_of_sample_test"] = {
             "label": "out-of-sample: test ranges never seen by the search, best configuration retrained per fold",
             "metrics": res.metrics, "baselines": res.baselines,
-            "deflated_sharpe": res.deflated_sharpe(len(per_day), sr_variance=var),
-            "trials_counted": len(per_day)}
+            "deflated_sharpe": res.deflated_sharpe(over["trials_started"], over["sr_variance_per_day"]),
+            "trials_counted": over["trials_started"]}
     run_dir.write_json("summary.json", summary)
     print(f"best trial {best['trial']}: mean validation Sharpe {best['mean_val_sharpe']:.3f} ({M.ANNUALIZATION_NOTE})")
     if "out_of_sample_test" in summary:

@@ -46,17 +46,18 @@ def candidate_config(base: RunConfig, values: dict) -> RunConfig:
 
 
 def evaluate_candidate(base: RunConfig, values: dict, bars, score_folds, backend=None, prep=None):
-    """(validation Sharpe per scored fold, status) of one candidate; runs in whichever process holds the job."""
+    """(validation Sharpe per scored fold, status, hourly validation PnL of the chosen epochs) of one
+    candidate; runs in whichever process holds the job."""
     try:
         cfg = candidate_config(base, values)
     except ConfigError as exc:
-        return [float("nan")] * len(score_folds), f"invalid: {exc.message}"
+        return [float("nan")] * len(score_folds), f"invalid: {exc.message}", []
     if prep is None:  # a worker process: features, folds and backend cached per process
         from ..engine import worker_context
 
         prep, backend = worker_context(base, bars)
     bars, feats, folds = prep.bars, prep.feats, prep.folds
-    sharpes = []
+    sharpes, hourly = [], []
     for label in score_folds:  # fold numbers, from 1
         k = label - 1
         w = make_window(bars, feats, folds.loc[k].to_dict())
@@ -64,7 +65,9 @@ def evaluate_candidate(base: RunConfig, values: dict, bars, score_folds, backend
                                   overrides=cfg.gpu)
         res = trainer.train_fold(w, test=False)
         sharpes.append(res.epochs[res.best_epoch - 1].val_sharpe if res.best_epoch >= 1 else float("nan"))
-    return sharpes, "ok"
+        when = bars.frame.index[int(folds.loc[k, "val_start"]):int(folds.loc[k, "val_stop"])]
+        hourly.extend(pd.Series(res.val_pnl, index=when).groupby(when.floor("h")).sum().tolist())
+    return sharpes, "ok", hourly
 
 
 class Search:
@@ -139,13 +142,14 @@ class Search:
             t0: dict[int, float] = {}
             for i, out in ex.imap_unordered(fn, jobs, on_start=lambda i: t0.__setitem__(i, time.perf_counter())):
                 p = todo[i]
-                sharpes, status = out if isinstance(out, tuple) else ([float("nan")] * len(self.score_folds),
-                                                                      f"failed: {out}")
+                sharpes, status, hourly = out if isinstance(out, tuple) else (
+                    [float("nan")] * len(self.score_folds), f"failed: {out}", [])
                 fin = [s for s in sharpes if np.isfinite(s)]
                 row = {"trial": it * P + p, "iteration": it, "particle": p,
                        **{f"u_{n}": float(u) for n, u in zip(names, positions[p])},
                        **{f"p_{n}": v for n, v in values[p].items()},
                        "val_sharpes": json.dumps(sharpes), "mean_val_sharpe": float(np.mean(fin)) if len(fin) == len(sharpes) else float("nan"),
+                       "val_pnl_hourly": json.dumps(hourly),
                        "seconds": time.perf_counter() - t0.get(i, time.perf_counter()), "status": status}
                 self.rows.append(row)
                 self._write_log()
@@ -157,6 +161,27 @@ class Search:
                 self.pso.tell(np.array([r["mean_val_sharpe"] for r in block], dtype=np.float64))
         self.rows.sort(key=lambda r: r["trial"])
         return pd.DataFrame(self.rows)
+
+    def overfitting(self) -> dict:
+        """The search's overfitting statistics: the deflated Sharpe's inputs (every trial started, the
+        variance of the finished trials' per-day validation Sharpes) and the PBO by CSCV over the trials'
+        hourly validation PnL (:mod:`workbench.overfitting`)."""
+        from ..metrics import ANNUALIZATION
+        from ..overfitting import pbo_cscv
+
+        scores = np.array([r["mean_val_sharpe"] for r in self.rows], dtype=np.float64)
+        per_day = scores[np.isfinite(scores)] / np.sqrt(ANNUALIZATION)
+        out = {"trials_started": len(self.rows), "trials_finished": int(len(per_day)),
+               "sr_variance_per_day": float(np.var(per_day, ddof=1)) if len(per_day) > 1 else 0.0}
+        series = [json.loads(r.get("val_pnl_hourly", "[]") or "[]") for r in self.rows if np.isfinite(r["mean_val_sharpe"])]
+        lengths = {len(x) for x in series}
+        if len(series) >= 2 and len(lengths) == 1 and lengths.pop() >= 4:
+            res = pbo_cscv(np.array(series, dtype=np.float64).T)
+            out["pbo"] = {**res.to_dict(), "observations": "hourly validation PnL (USD) of each trial's chosen epochs, "
+                          "scored folds in time order"}
+        else:
+            out["pbo"] = {"pbo": float("nan"), "why": "fewer than two finished trials with validation PnL"}
+        return out
 
     def best_row(self) -> dict | None:
         ok = sorted((r for r in self.rows if np.isfinite(r["mean_val_sharpe"])), key=lambda r: r["trial"])
