@@ -104,7 +104,10 @@ def test_dqn_main_command_on_the_cpu_backend(tmp_path, capsys):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["backend"].startswith("cpu reference backend")
     assert set(summary["baselines"]) == {"buy-and-hold", "momentum"}
-    epochs = json.loads((out / "fold_001" / "epochs.json").read_text())
+    log = json.loads((out / "fold_001" / "epochs.json").read_text())
+    assert log["annualization"].startswith("daily returns") and log["selected_by"] == "bar_t"
+    assert log["chosen_epoch"] in (1, 2)
+    epochs = log["epochs"]
     assert len(epochs) == 2 and epochs[1]["updates"] == 20 and epochs[0]["ms"]["init"] > 0
     assert [e["epoch"] for e in epochs] == [1, 2] and all("val_bar_t" in e for e in epochs)
     import numpy as np

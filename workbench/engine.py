@@ -241,7 +241,14 @@ class WalkForward:
             extra = {"ranges": ranges, "strategy": res.strategy}
             files = {}
             if agent:
-                files = {"epochs.json": [dataclasses.asdict(e) for e in res.epochs], "weights.npy": res.params}
+                from .agent.selection import describe as select_doc
+
+                rule = res.metrics.get("selected_by", "")
+                files = {"epochs.json": {"annualization": M.ANNUALIZATION_NOTE + " (val_sharpe)",
+                                         "selected_by": rule, "selection": select_doc(rule) if rule else "",
+                                         "chosen_epoch": res.metrics.get("best_epoch"),
+                                         "epochs": [dataclasses.asdict(e) for e in res.epochs]},
+                         "weights.npy": res.params}
             run_dir.write_fold(k, res.metrics, res.trades, res.bars, extra, files)
         else:
             run_dir.write_json(f"fold_{k:03d}_error.json", {"fold": k, "error": res.error,

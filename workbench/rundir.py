@@ -113,6 +113,6 @@ class RunDir:
         res = FoldResult(fold, strategy, pd.read_parquet(d / "bars.parquet"), pd.read_parquet(d / "trades.parquet"),
                          meta, ranges)
         if (d / "epochs.json").is_file():
-            res.epochs = json.loads((d / "epochs.json").read_text())
+            res.epochs = json.loads((d / "epochs.json").read_text())["epochs"]
             res.params = np.load(d / "weights.npy")
         return res
