@@ -11,15 +11,12 @@ def _run(bars, seed):
     from workbench.agent.backend import make_backend
     from workbench.agent.fold import run_dqn_fold
     from workbench.config import load_config
-    from workbench.features import build_features
-    from workbench.splits import walk_forward_splits
+    from workbench.engine import WalkForward
 
     cfg = load_config(None, ["training.epochs=3", "training.max_steps_per_epoch=50", "training.rollout_steps=16",
                              "training.learning_starts=1024", f"seed={seed}", "splits.train=6000", "splits.val=2000",
                              "splits.test=2000", 'device="gpu"'])
-    feats = build_features(bars)
-    folds = walk_forward_splits(bars.ts, cfg.splits, feats.max_lookback, feats.warmup)
-    return run_dqn_fold(0, folds, bars, feats, cfg, make_backend("gpu"), bars.market, {})
+    return run_dqn_fold(0, WalkForward(cfg).prepare(bars), cfg, make_backend("gpu"), {})
 
 
 def test_fold_trains_deterministically(bars):
