@@ -65,17 +65,22 @@ def sharpe_ratio(r: np.ndarray, ann: int = ANNUALIZATION) -> float:
     return float(np.mean(r) / sd * math.sqrt(ann)) if sd > 0 else float("nan")
 
 
-def sharpe_standard_error(r: np.ndarray, ann: int = ANNUALIZATION) -> float:
-    """Standard error of the annualised Sharpe for non-normal iid returns (Mertens 2002):
-    sqrt((1 - skew * SR + (kurt - 1) / 4 * SR^2) / (n - 1)) * sqrt(ann), SR per period."""
+def _per_day_sharpe_and_se(r: np.ndarray) -> tuple[float, float]:
+    """Per-period Sharpe and its standard error for non-normal iid returns (Mertens 2002):
+    SE^2 = (1 - skew * SR + (kurt - 1) / 4 * SR^2) / (n - 1). NaNs where undefined."""
     r = np.asarray(r, dtype=np.float64)
     n = len(r)
     if n < 3 or np.std(r, ddof=1) == 0:
-        return float("nan")
-    sr = np.mean(r) / np.std(r, ddof=1)
+        return float("nan"), float("nan")
+    sr = float(np.mean(r) / np.std(r, ddof=1))
     skew, kurt = _moments(r)
     var = (1.0 - skew * sr + (kurt - 1.0) / 4.0 * sr**2) / (n - 1)
-    return float(math.sqrt(var) * math.sqrt(ann)) if var > 0 else float("nan")
+    return sr, (math.sqrt(var) if var > 0 else float("nan"))
+
+
+def sharpe_standard_error(r: np.ndarray, ann: int = ANNUALIZATION) -> float:
+    """Standard error of the annualised Sharpe (Mertens 2002, the form the PSR uses)."""
+    return _per_day_sharpe_and_se(r)[1] * math.sqrt(ann)
 
 
 def drawdown_from_equity(equity: np.ndarray, capital: float) -> tuple[float, float]:
@@ -151,16 +156,8 @@ def _moments(r: np.ndarray) -> tuple[float, float]:
 
 def probabilistic_sharpe(r: np.ndarray, benchmark_sr: float = 0.0) -> float:
     """P(true per-day Sharpe > ``benchmark_sr``) given the sample's length, skew and kurtosis."""
-    r = np.asarray(r, dtype=np.float64)
-    n = len(r)
-    if n < 3 or np.std(r, ddof=1) == 0:
-        return float("nan")
-    sr = np.mean(r) / np.std(r, ddof=1)
-    skew, kurt = _moments(r)
-    denom = 1.0 - skew * sr + (kurt - 1.0) / 4.0 * sr**2
-    if denom <= 0:
-        return float("nan")
-    return float(_N.cdf((sr - benchmark_sr) * math.sqrt(n - 1) / math.sqrt(denom)))
+    sr, se = _per_day_sharpe_and_se(r)
+    return float(_N.cdf((sr - benchmark_sr) / se)) if math.isfinite(se) else float("nan")
 
 
 def expected_max_sharpe(n_trials: int, sr_variance: float) -> float:
