@@ -136,7 +136,9 @@ def test_resume_keeps_finished_folds(tmp_path, capsys):
     assert (out / "fold_005").is_dir()
     assert again["stitched_oos"]["net_pnl_usd"] == pytest.approx(first["stitched_oos"]["net_pnl_usd"])
     rc = main([str(SAMPLE), "--resume", str(out), "--set", "splits.embargo=10", "--progress", "none"])
-    assert rc == 78 and "config.toml differs" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert rc == 78 and "the config differs from the run's: splits.embargo: 60 -> 10" in err
+    assert err.count("workbench: error") == 1 and "workbench: data:" not in err  # refused before reading the data
     assert main([str(SAMPLE), "--resume", str(tmp_path / "nowhere"), "--progress", "none"]) == 2
 
 

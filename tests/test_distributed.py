@@ -164,7 +164,7 @@ def test_search_on_workers_matches_in_process(tmp_path, cluster, capsys):
         assert main([str(SAMPLE), "--trials", "5", "--bounds", str(bounds), "--out", str(out), "--no-test",
                      *BUDGET, *extra]) == 0
         logs[name] = pd.read_parquet(out / "trials.parquet").drop(columns="seconds")
-    assert list(logs["inline"]["trial"]) == [0, 1, 2, 3, 4]
+    assert list(logs["inline"]["trial"]) == [1, 2, 3, 4, 5]  # counted from 1
     pd.testing.assert_frame_equal(logs["workers"], logs["inline"])
     pd.testing.assert_frame_equal(logs["dask"], logs["inline"])
     # resume a search stopped while an iteration's particles ran side by side: particle 1 of

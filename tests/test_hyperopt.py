@@ -170,3 +170,29 @@ def test_search_cli_errors(tmp_path, capsys):
     assert "unknown parameter 'lrr'" in capsys.readouterr().err
     assert main([str(SAMPLE), "--trials", "2", "--resume", str(tmp_path / "none"), *BUDGET]) == 2
     assert main([str(tmp_path / "missing.parquet"), "--trials", "2", "--out", str(tmp_path / "y"), *BUDGET]) == 66
+
+
+def test_a_set_of_a_searched_key_fixes_it(tmp_path, capsys):
+    import json
+
+    import pandas as pd
+
+    from conftest import SAMPLE
+    from workbench.hyperopt.__main__ import main
+
+    bounds = tmp_path / "b.toml"
+    bounds.write_text(TINY)
+    out = tmp_path / "s"
+    rc = main([str(SAMPLE), "--trials", "2", "--bounds", str(bounds), "--out", str(out), "--no-test", *BUDGET,
+               "--set", "training.lr=0.0003"])
+    err = capsys.readouterr().err
+    assert rc == 0 and "fixed by --set, not searched: lr = 0.0003; 2 parameters searched" in err
+    log = pd.read_parquet(out / "trials.parquet")
+    assert "u_lr" not in log.columns and "p_lr" not in log.columns and "u_gamma" in log.columns
+    assert json.loads((out / "summary.json").read_text())["trials"] == 2
+    best = (out / "best.toml").read_text()
+    assert "lr = 0.0003" in best
+    # every searched key fixed: nothing to search, refused
+    rc = main([str(SAMPLE), "--trials", "2", "--bounds", str(bounds), "--out", str(tmp_path / "t"), *BUDGET,
+               "--set", "training.lr=0.0003", "--set", "training.gamma=0.95", "--set", "training.episode_len=256"])
+    assert rc == 78 and "nothing left to search" in capsys.readouterr().err

@@ -50,8 +50,10 @@ def test_plots_and_epochs_of_a_resumed_agent_run(tmp_path):
 
     cfg = load_config(None, ['device="cpu"', "splits.max_folds=1", "training.epochs=2",
                              "training.max_steps_per_epoch=3"])
-    first = WalkForward(cfg).run(str(SAMPLE), run_dir=RunDir(tmp_path / "run"))
-    again = WalkForward(cfg).run(str(SAMPLE), run_dir=RunDir(tmp_path / "run", resume=True))
+    with RunDir(tmp_path / "run") as rd:  # locked while the run writes into it
+        first = WalkForward(cfg).run(str(SAMPLE), run_dir=rd)
+    with RunDir(tmp_path / "run", resume=True) as rd:
+        again = WalkForward(cfg).run(str(SAMPLE), run_dir=rd)
     ep, ep2 = first.epochs_frame(), again.epochs_frame()  # EpochLog objects, then dicts read back from disk
     assert len(ep) == 2 and ep["chosen"].sum() == 1
     assert ep[["experience_ms", "training_ms", "validation_ms"]].equals(ep2[["experience_ms", "training_ms", "validation_ms"]])

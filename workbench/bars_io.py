@@ -27,13 +27,15 @@ datetimes are taken to be in ``naive_tz`` (UTC by default).
 """
 from __future__ import annotations
 
+import csv
+import gzip
 import warnings
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from .errors import DataError, MissingInputError
+from .errors import DataError, MissingInputError, os_error
 
 PRICE_COLUMNS = ("open", "high", "low", "close")
 TIME_NAMES = ("ts_event", "ts", "timestamp", "datetime", "date", "time", "ts_recv")
@@ -70,19 +72,67 @@ def _read_dbn(p: Path) -> pd.DataFrame:
     return df.reset_index()
 
 
+def _csv_header(p: Path) -> tuple[list[str], str]:
+    """(header fields, delimiter) of a CSV: the delimiter is the one of , ; tab | that splits the first line
+    most; a first line whose fields are all numbers or times is data, not a header."""
+    opener = gzip.open if p.name.lower().endswith(".gz") else open
+    with opener(p, "rt", newline="") as fh:
+        first = fh.readline().strip("\r\n")
+    if not first.strip():
+        return [], ","
+    delim = max(",;\t|", key=first.count)
+    fields = next(csv.reader([first], delimiter=delim))
+    if all(_looks_like_data(f) for f in fields if f.strip()) and any(f.strip() for f in fields):
+        raise DataError(f"{p} has no header row: its first line is data ({first[:60]!r})",
+                        "add a header such as timestamp,open,high,low,close,volume")
+    lowered = [f.strip().lower() for f in fields]
+    dup = sorted({f for f in fields if lowered.count(f.strip().lower()) > 1 and f.strip()})
+    if dup:
+        raise DataError(f"{p} has columns named alike: {', '.join(repr(d) for d in dup)}",
+                        "keep one column of each name (names are matched without regard to case)")
+    return fields, delim
+
+
+def _looks_like_data(text: str) -> bool:
+    t = text.strip()
+    try:
+        float(t)
+        return True
+    except ValueError:
+        pass
+    try:
+        pd.Timestamp(t)
+        return any(ch.isdigit() for ch in t)
+    except (ValueError, TypeError):
+        return False
+
+
 def read_table(path: str | Path) -> pd.DataFrame:
-    """Read a parquet file, a parquet directory dataset, a CSV file or a Databento DBN file."""
+    """Read a parquet file, a parquet directory dataset, a CSV file (``,`` ``;`` tab or ``|`` delimited,
+    gzipped or not) or a Databento DBN file."""
     p = Path(path)
-    if not p.exists():
+    try:
+        exists, is_dir = p.exists(), p.is_dir()
+    except OSError as exc:  # a name or path too long for the system
+        raise os_error(exc, "read", p) from exc
+    if not exists:
         raise MissingInputError(f"no such file or directory: {p}")
     if is_dbn(p):
         return _read_dbn(p)
+    if is_dir and not any(f.suffix.lower() in (".parquet", ".pq") for f in p.rglob("*") if f.is_file()):
+        raise MissingInputError(f"no parquet files in directory {p}",
+                                "pass a data file, or a directory of .parquet files (a dataset)")
     try:
-        if p.is_dir() or p.suffix.lower() in (".parquet", ".pq"):
+        if is_dir or p.suffix.lower() in (".parquet", ".pq"):
             return pd.read_parquet(p)
-        if p.suffix.lower() in (".csv", ".txt") or p.name.lower().endswith(".csv.gz"):
+        if p.suffix.lower() in (".csv", ".txt") or p.name.lower().endswith((".csv.gz", ".txt.gz")):
+            _fields, delim = _csv_header(p)
             # Only empty cells and NaN spellings are missing: "n/a" or "-" must surface as non-numeric.
-            return pd.read_csv(p, keep_default_na=False, na_values=["", "NaN", "nan"])
+            return pd.read_csv(p, sep=delim, keep_default_na=False, na_values=["", "NaN", "nan"])
+    except DataError:
+        raise
+    except OSError as exc:
+        raise os_error(exc, "read", p) from exc
     except Exception as exc:  # pyarrow / pandas raise many types for a corrupt file
         raise DataError(f"cannot read {p}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
                         "is it a valid parquet or CSV file?") from exc
@@ -136,7 +186,12 @@ def canonical_frame(raw: pd.DataFrame, naive_tz: str = "UTC") -> tuple[pd.DataFr
     if isinstance(df.index, pd.DatetimeIndex) or (df.index.name or "").lower() in TIME_NAMES:
         df = df.reset_index()
         layout = "datetime-index"
-    df = df.rename(columns={c: str(c).strip().lower() for c in df.columns})
+    names = [str(c).strip().lower() for c in df.columns]
+    clash = sorted({str(c) for c, n in zip(df.columns, names) if names.count(n) > 1})
+    if clash:
+        raise DataError(f"columns named alike: {', '.join(repr(c) for c in clash)}",
+                        "keep one column of each name (names are matched without regard to case)")
+    df = df.rename(columns=dict(zip(df.columns, names)))
     first = df.columns[0] if len(df.columns) else None
     time_col = _time_column(list(df.columns))
     if time_col is None and first is not None and (first == "" or first.startswith("unnamed")):

@@ -3,7 +3,9 @@ STYLE.md's exit codes (``workbench: error: <what>: <hint>``; tracebacks only wit
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+import threading
 import traceback
 
 from .errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_USAGE, WorkbenchError
@@ -48,19 +50,35 @@ class Parser(argparse.ArgumentParser):
         raise SystemExit(EXIT_USAGE)
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the program is, so that ``finally`` blocks run (dashboard, lock, workers)."""
+
+
+def _on_sigterm(signum, frame):
+    raise Terminated()
+
+
 def run_guarded(run, args, interrupted: str) -> int:
-    """Call ``run(args)``; turn failures into one stderr line and an exit code."""
+    """Call ``run(args)``; turn failures into one stderr line and an exit code. SIGINT (Ctrl-C) and SIGTERM
+    unwind the run (the dashboard stops and restores the terminal, finished work stays, the lock is
+    released) and say how to resume: exit 130 and 143."""
+    previous = signal.signal(signal.SIGTERM, _on_sigterm) if threading.current_thread() is threading.main_thread() else None
     try:
         return run(args)
     except WorkbenchError as exc:
         print(f"workbench: error: {exc.one_line()}", file=sys.stderr)
         return exc.exit_code
-    except KeyboardInterrupt:
-        print(f"workbench: error: interrupted: {interrupted}", file=sys.stderr)
-        return EXIT_INTERRUPTED
+    except KeyboardInterrupt as exc:
+        what = "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
+        hint = getattr(args, "resume_hint", None)
+        print(f"workbench: error: {what}: {interrupted}" + (f"; resume with: {hint}" if hint else ""), file=sys.stderr)
+        return 128 + signal.SIGTERM if isinstance(exc, Terminated) else EXIT_INTERRUPTED
     except Exception as exc:  # an internal error: one line unless --debug
         if getattr(args, "debug", False):
             traceback.print_exc()
         print(f"workbench: error: internal error: {type(exc).__name__}: {exc}: rerun with --debug for the traceback",
               file=sys.stderr)
         return EXIT_INTERNAL
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)

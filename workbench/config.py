@@ -122,6 +122,8 @@ def _check_value(key: str, value: Any, hint: Any) -> Any:
     if hint is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"config key '{key}' must be a number, got {value!r}")
+        if value != value or value in (float("inf"), float("-inf")):
+            raise ConfigError(f"config key '{key}' must be a finite number, got {value!r}")
         return float(value)
     if hint is str:
         if isinstance(value, (int, float)) and not isinstance(value, bool):

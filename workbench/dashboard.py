@@ -3,7 +3,12 @@ otherwise, and in a notebook an HTML table updated in place through an IPython d
 ipywidgets needed).
 
 All implement the same small interface (``start``, ``fold_started``, ``epoch``, ``fold_finished``,
-``finish``), which the engine calls; results never go to stderr (they are printed on stdout by the CLI).
+``finish``, ``close``), which the engine calls; results never go to stderr (they are printed on stdout by
+the CLI). ``close`` stops a live display (the cursor comes back) and is safe to call twice.
+
+The live dashboard fits its terminal: columns are dropped by priority rather than cut to ``12…``
+(:func:`fit_columns`, also used for the result tables on stdout), only the folds that fit the height
+are listed with a count of the rest, and the title carries an ETA from the finished epochs and folds.
 """
 from __future__ import annotations
 
@@ -20,8 +25,76 @@ from .results import FoldResult
 
 
 FOLD_COLUMNS = ("fold", "test range", "status", "net PnL (USD)", "Sharpe (ann., days)", "trades", "epoch", "time (s)")
+FOLD_PRIORITY = (0, 6, 0, 1, 1, 4, 2, 5)  # lower stays longer when the terminal is narrow
 EPOCH_COLUMNS = ("epoch", "init", "experience", "training", "validation", "total", "loss", "|Q| max", "eps",
                  "val t (bars)", "val Sharpe (days)", "val PnL (USD)")
+EPOCH_PRIORITY = (0, 5, 2, 1, 2, 1, 4, 7, 6, 2, 3, 5)  # the phase times first: they are what this table is for
+
+
+def fit_columns(columns, rows, width: int, priority=None) -> list[int]:
+    """Indices of the columns to show so that a table of ``rows`` fits ``width`` characters: columns are
+    dropped from the highest ``priority`` number down (ties: the rightmost first), never cut."""
+    priority = priority or tuple(range(len(columns)))
+    need = [max([len(str(c))] + [len(str(r[i])) for r in rows]) + 3 for i, c in enumerate(columns)]  # padding, rule
+    keep = list(range(len(columns)))
+    while len(keep) > 1 and sum(need[i] for i in keep) + 1 > width:
+        keep.remove(max(keep, key=lambda i: (priority[i], i)))
+    return keep
+
+
+def table_of(title: str, columns, rows, width: int, priority=None, caption: str | None = None) -> Table:
+    """A rich table that fits ``width``: the columns that fit, numbers whole."""
+    keep = fit_columns(columns, rows, width, priority)
+    t = Table(title=title, caption=caption)
+    for i in keep:
+        t.add_column(str(columns[i]), justify="left" if columns[i] in ("test range", "status", "test") else "right",
+                     no_wrap=True)
+    for r in rows:
+        t.add_row(*[str(r[i]) for i in keep])
+    return t
+
+
+def _fit_items(info: dict, width: int) -> str:
+    """``key: value | ...`` with whole items only, as many as fit ``width``."""
+    out = ""
+    for k, v in info.items():
+        item = f"{k}: {v}"
+        if len(out) + len(item) + 3 > width:
+            break
+        out = f"{out} | {item}" if out else item
+    return out
+
+
+def _duration(seconds: float) -> str:
+    s = int(max(seconds, 0) + 0.5)
+    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
+
+
+class Eta:
+    """Time left from the work done: epochs when the agent trains (folds x epochs units), else folds."""
+
+    def __init__(self):
+        self.t0, self.n_folds, self.n_epochs, self.epochs_done, self.folds_done = time.perf_counter(), 0, 0, 0, 0
+
+    def start(self, n_folds: int) -> None:
+        self.t0, self.n_folds = time.perf_counter(), n_folds
+
+    def epoch(self, n_epochs: int) -> None:
+        self.n_epochs = n_epochs
+        self.epochs_done += 1
+
+    def fold(self) -> None:
+        self.folds_done += 1
+        if self.n_epochs:  # a fold's epochs all count as done once it finishes (a resumed fold had none)
+            self.epochs_done = max(self.epochs_done, self.folds_done * self.n_epochs)
+
+    def text(self) -> str:
+        elapsed = time.perf_counter() - self.t0
+        total, done = ((self.n_folds * self.n_epochs, self.epochs_done) if self.n_epochs
+                       else (self.n_folds, self.folds_done))
+        if not done or done >= total:
+            return f"{_duration(elapsed)} elapsed"
+        return f"{_duration(elapsed)} elapsed, ETA {_duration(elapsed / done * (total - done))}"
 
 
 def _fmt(v, spec: str) -> str:
@@ -50,18 +123,24 @@ class PlainProgress:
         self.stream = stream or sys.stderr
         self.t0 = time.perf_counter()
         self.n = 0
+        self.eta = Eta()
+
+    def close(self) -> None:
+        pass
 
     def _say(self, text: str) -> None:
         print(f"[{time.perf_counter() - self.t0:7.1f}s] {text}", file=self.stream, flush=True)
 
     def start(self, n_folds: int, info: dict) -> None:
         self.n = n_folds
+        self.eta.start(n_folds)
         self._say(" ".join(f"{k}={v}" for k, v in info.items()) + f" folds={n_folds}")
 
     def fold_started(self, fold: int, ranges: dict) -> None:
         self._say(f"fold {fold + 1}/{self.n} started: test {ranges.get('test', '')}")
 
     def fold_finished(self, res: FoldResult, seconds: float) -> None:
+        self.eta.fold()
         if not res.ok:
             self._say(f"fold {res.fold}/{self.n} FAILED: {res.error}")
             return
@@ -70,10 +149,11 @@ class PlainProgress:
                   if "best_epoch" in m else "")
         self._say(f"fold {res.fold}/{self.n} done in {seconds:.2f}s: net_pnl_usd={m['net_pnl_usd']:.2f} "
                   f"sharpe={_fmt(m['sharpe'], '.2f')} ({m['days']} days{', FEW' if m.get('few_days') else ''}) "
-                  f"trades={m['trades']}{' RUINED' if m.get('ruined') else ''}{chosen}")
+                  f"trades={m['trades']}{' RUINED' if m.get('ruined') else ''}{chosen} | {self.eta.text()}")
 
     def epoch(self, fold: int, log, n_epochs: int) -> None:
-        self._say(f"fold {fold + 1}/{self.n} " + epoch_line(log, n_epochs))
+        self.eta.epoch(n_epochs)
+        self._say(f"fold {fold + 1}/{self.n} " + epoch_line(log, n_epochs) + f" | {self.eta.text()}")
 
     def finish(self, summary: dict) -> None:
         self._say(f"finished: {len(summary)} metrics")
@@ -90,6 +170,7 @@ class LiveDashboard(PlainProgress):
         self.live: Live | None = None
 
     def epoch(self, fold: int, log, n_epochs: int) -> None:
+        self.eta.epoch(n_epochs)
         self.epochs = getattr(self, "epochs", {})
         if getattr(self, "_epoch_fold", None) != fold:
             self.epochs, self._epoch_fold = {}, fold
@@ -114,27 +195,36 @@ class LiveDashboard(PlainProgress):
     def _epoch_title(self) -> str:
         return f"fold {getattr(self, '_epoch_fold', 0) + 1}: epochs (phase times in ms)"
 
-    def _epoch_table(self):
-        t = Table(title=self._epoch_title())
-        for col in EPOCH_COLUMNS:
-            t.add_column(col, justify="right")
-        for row in self._epoch_rows():
-            t.add_row(*row)
-        return t
+    def _epoch_table(self, width: int, max_rows: int):
+        rows = self._epoch_rows()[-max(max_rows, 1):]
+        return table_of(self._epoch_title(), EPOCH_COLUMNS, rows, width, EPOCH_PRIORITY)
+
+    def _visible_folds(self, max_rows: int) -> tuple[list[list[str]], str]:
+        """The fold rows that fit: running ones and the latest finished, with a count of the rest."""
+        keys = sorted(self.rows)
+        if len(keys) <= max_rows:
+            return [self.rows[k] for k in keys], ""
+        running = [k for k in keys if self.rows[k][2] not in ("done", "failed", "RUINED")]
+        shown = sorted(set(running[-max_rows:]) | set(keys[-max(max_rows - len(running), 0):]))[-max_rows:]
+        hidden = [k for k in keys if k not in shown]
+        done_hidden = sum(1 for k in hidden if self.rows[k][2] != "running")
+        return [self.rows[k] for k in shown], f"{len(hidden)} more folds not shown ({done_hidden} finished)"
 
     def _render(self):
-        head = " | ".join(f"{k}: {v}" for k, v in self.info.items())
+        width = max(40, self.console.size.width - 4)  # inside the panel's border
+        height = self.console.size.height
         done = sum(1 for r in self.rows.values() if r[2] in ("done", "failed", "RUINED"))
-        t = Table(expand=False, title=f"folds {done}/{self.n}  ({time.perf_counter() - self.t0:.1f} s)")
-        for col in FOLD_COLUMNS:
-            t.add_column(col, justify="right" if col not in ("test range", "status") else "left")
-        for k in sorted(self.rows):
-            t.add_row(*self.rows[k])
-        parts = [t] + ([self._epoch_table()] if getattr(self, "epochs", None) else [])
-        return Panel(Group(*parts), title="workbench walk-forward", subtitle=head)
+        epochs = bool(getattr(self, "epochs", None))
+        fold_room = max(3, (height - 8) // (2 if epochs else 1) - 4)
+        rows, more = self._visible_folds(fold_room)
+        t = table_of(f"folds {done}/{self.n} - {self.eta.text()}", FOLD_COLUMNS, rows, width, FOLD_PRIORITY,
+                     caption=more or None)
+        parts = [t] + ([self._epoch_table(width, max(3, height - fold_room - 14))] if epochs else [])
+        return Panel(Group(*parts), title="workbench walk-forward", subtitle=_fit_items(self.info, width - 10))
 
     def start(self, n_folds: int, info: dict) -> None:
         self.n, self.info = n_folds, info
+        self.eta.start(n_folds)
         self.live = Live(self._render(), console=self.console, refresh_per_second=4, transient=False)
         self.live.start()
 
@@ -143,6 +233,7 @@ class LiveDashboard(PlainProgress):
         self._refresh()
 
     def fold_finished(self, res: FoldResult, seconds: float) -> None:
+        self.eta.fold()
         row = self.rows.setdefault(res.fold - 1, [str(res.fold), "", "", "", "", "", "", ""])
         if res.ok:
             m = res.metrics
@@ -154,12 +245,18 @@ class LiveDashboard(PlainProgress):
         self._refresh()
 
     def _refresh(self) -> None:
-        self.live.update(self._render())
+        if self.live is not None:
+            self.live.update(self._render())
 
     def finish(self, summary: dict) -> None:
         if self.live:
             self._refresh()
-            self.live.stop()
+        self.close()
+
+    def close(self) -> None:
+        if self.live is not None:
+            self.live.stop()  # shows the cursor again
+            self.live = None
 
 
 def in_notebook() -> bool:
@@ -185,6 +282,7 @@ class NotebookProgress(LiveDashboard):
         from IPython.display import HTML, display
 
         self.n, self.info = n_folds, info
+        self.eta.start(n_folds)
         self.handle = display(HTML(self._html()), display_id=True)
 
     def _refresh(self, force: bool = False) -> None:
@@ -218,7 +316,7 @@ class NotebookProgress(LiveDashboard):
         state = "finished" if self.summary is not None else "running"
         parts = [f"<div><b>workbench walk-forward ({state})</b> - "
                  + html.escape(" | ".join(f"{k}: {v}" for k, v in self.info.items())) + "<br>",
-                 table(f"folds {done}/{self.n} ({time.perf_counter() - self.t0:.1f} s)",
+                 table(f"folds {done}/{self.n} ({self.eta.text()})",
                        FOLD_COLUMNS, [self.rows[k] for k in sorted(self.rows)])]
         if getattr(self, "epochs", None):
             parts.append(table(self._epoch_title(), EPOCH_COLUMNS, self._epoch_rows()))

@@ -6,6 +6,7 @@ A fold that fails is recorded with its error chain and the run goes on to the ne
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
 import traceback
 from pathlib import Path
@@ -27,6 +28,7 @@ from .executor import InlineExecutor, WorkerLost, resolve
 from .features import Features, build_features
 from .markets import MarketSpec
 from .results import FoldResult, WalkForwardResult
+from .resume import check_config, check_fingerprint, fingerprint
 from .rundir import RunDir
 from .splits import walk_forward_splits
 
@@ -156,12 +158,12 @@ class WalkForward:
         prep = self.prepare(bars)
         bars, spec, feats, folds, acct = prep
         if run_dir is not None and run_dir.resume:
-            saved = (run_dir.path / "config.toml").read_text()
-            if saved != to_toml(cfg):
-                raise ConfigError(f"cannot resume {run_dir.path}: its config.toml differs from this run's config",
-                                  "resume with --config RUN/config.toml and no other overrides")
+            check_config((run_dir.path / "config.toml").read_text(), cfg, run_dir.path)
+            saved = run_dir.path / "fingerprint.json"
+            check_fingerprint(json.loads(saved.read_text()) if saved.is_file() else {}, fingerprint(prep), run_dir.path)
         elif run_dir is not None:
             run_dir.write_text("config.toml", to_toml(cfg))
+            run_dir.write_json("fingerprint.json", fingerprint(prep))
             run_dir.write_json("data_report.json", bars.report.to_dict())
             run_dir.write_parquet("folds.parquet", folds)
             run_dir.write_json("folds.json", folds.to_dict(orient="records"))

@@ -241,14 +241,36 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-spreads", action="store_true", help="write only the front contract (no back month, no spreads)")
     args = p.parse_args(argv)
     try:
-        df = generate_bars(args.bars, args.seed, args.start, args.signal, spreads=not args.no_spreads)
+        return _write(args)
     except WorkbenchError as exc:
         print(f"workbench: error: {exc.one_line()}", file=sys.stderr)
         return exc.exit_code
-    if args.out.endswith(".csv"):
-        df.to_csv(args.out, index=False)
-    else:
-        df.to_parquet(args.out, index=False, compression="zstd")
+
+
+def _write(args) -> int:
+    from pathlib import Path
+
+    from .errors import CantCreateError, UsageError, os_error
+
+    out = Path(args.out)
+    if args.bars < 1:
+        raise UsageError(f"--bars must be >= 1, got {args.bars}")
+    try:
+        pd.Timestamp(args.start)
+    except (ValueError, TypeError):
+        raise UsageError(f"--start {args.start!r} is not a time", "e.g. --start '2024-02-04 17:00'") from None
+    if not out.parent.is_dir():
+        raise CantCreateError(f"cannot write {out}: the folder {out.parent} does not exist", "create it first")
+    if out.is_dir():
+        raise CantCreateError(f"cannot write {out}: it is a directory", "name a file (.parquet or .csv)")
+    df = generate_bars(args.bars, args.seed, args.start, args.signal, spreads=not args.no_spreads)
+    try:
+        if args.out.endswith(".csv"):
+            df.to_csv(out, index=False)
+        else:
+            df.to_parquet(out, index=False, compression="zstd")
+    except OSError as exc:
+        raise os_error(exc, "write", out) from exc
     print(args.out)
     print(f"wrote {len(df)} rows ({df['symbol'].nunique()} symbols) to {args.out}", file=sys.stderr)
     return 0

@@ -17,9 +17,10 @@ from rich.table import Table
 
 from . import metrics as M
 from .config import describe, load_config
-from .dashboard import make_progress
+from .dashboard import make_progress, table_of
 from .data import bars_for
 from .engine import ALL_STRATEGIES, WalkForward
+from .resume import check_config
 from .cli import Parser, add_data_args, add_executor_args, data_overrides, executor_from_args, print_notes, run_guarded
 from .errors import UsageError
 from .rundir import RunDir, dumps
@@ -52,20 +53,21 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _print_results(result, console: Console) -> None:
-    t = Table(title=f"{result.strategy}: out-of-sample test ranges",
-              caption=f"Sharpe: {M.ANNUALIZATION_NOTE}, 95% interval (Mertens SE); * fewer than {M.MIN_DAYS} days; "
-                      f"{result.account.describe() if result.account else ''}")
     frame = result.to_frame()
     cols = ["fold", "test", "status", "net_pnl_usd", "sharpe", "sharpe 95%", "days", "max_drawdown", "trades",
             *(["epoch"] if "epoch" in frame.columns else []), "win_rate", "exposure"]
-    for c in cols:
-        t.add_column(c, justify="left" if c in ("test", "status") else "right")
+    priority = [0, 6, 0, 0, 0, 2, 1, 3, 4, *([2] if "epoch" in frame.columns else []), 5, 5]
+    rows = []
     for row in frame.to_dict(orient="records"):
         row["sharpe 95%"] = (f"{row['sharpe_ci95_low']:.3g} .. {row['sharpe_ci95_high']:.3g}"
                              if row["sharpe_ci95_low"] == row["sharpe_ci95_low"] else "n/a")
         row["days"] = f"{row['days']}{'*' if row['few_days'] is True else ''}" if row["days"] == row["days"] else ""
-        t.add_row(*[(f"{row[c]:.4g}" if isinstance(row[c], float) else str(row[c])) for c in cols])
-    console.print(t)
+        row["status"] = row["status"] if len(row["status"]) < 40 else row["status"][:37] + "..."  # the error: see its file
+        rows.append([(f"{row[c]:.4g}" if isinstance(row[c], float) else str(row[c])) for c in cols])
+    console.print(table_of(f"{result.strategy}: out-of-sample test ranges", cols, rows, console.width, priority,
+                           caption=f"Sharpe: {M.ANNUALIZATION_NOTE}, 95% interval from the Mertens standard error; "
+                                   f"* fewer than {M.MIN_DAYS} days. "
+                                   f"{result.account.describe() if result.account else ''}"))
     m = result.metrics
     s = Table(title="stitched out-of-sample", show_header=True)
     s.add_column("metric")
@@ -97,33 +99,52 @@ def run(args: argparse.Namespace) -> int:
     for flag, key in ((args.epochs, "training.epochs"), (args.max_steps_per_epoch, "training.max_steps_per_epoch")):
         if flag is not None:
             overrides.append(f"{key}={flag}")
-    resumed = RunDir(args.resume, resume=True) if args.resume else None  # refuses a non-run directory
     if args.resume and not args.config:
         args.config = str(Path(args.resume) / "config.toml")  # the run's own resolved config
-    cfg = load_config(args.config, overrides)
     if not args.data:
         raise UsageError("missing DATA argument", "e.g. python -m workbench.walkforward data/es_sample.parquet")
-    if resumed is not None:
-        run_dir = resumed
-    else:
-        out = args.out or f"runs/{dt.datetime.now():%Y%m%d-%H%M%S}-{cfg.strategy.name}"
-        run_dir = RunDir(out, force=args.force)
+    if args.resume and args.out:
+        raise UsageError("--resume continues the run in its own directory", "drop --out")
+    run_dir = RunDir(args.resume, resume=True) if args.resume else None  # locked for this process's life
+    try:
+        return _run(args, overrides, run_dir)
+    finally:
+        if run_dir is not None:
+            run_dir.close()
+
+
+def _run(args, overrides: list[str], run_dir: RunDir | None) -> int:
+    cfg = load_config(args.config, overrides)
+    if run_dir is not None:  # resuming: the same config, checked before any data is read
+        check_config((run_dir.path / "config.toml").read_text(), cfg, run_dir.path)
     wf = WalkForward(cfg)
     bars = bars_for(args.data, cfg)
     print_notes(bars.report.lines())  # before the features and folds, which may refuse short data
     prepared = wf.prepare(bars)
     print_notes(prepared.notes()[-2:])  # the split sizes and the account
+    if run_dir is None:
+        out = args.out or f"runs/{dt.datetime.now():%Y%m%d-%H%M%S}-{cfg.strategy.name}"
+        run_dir = RunDir(out, force=args.force)
+        args.run_dir_made = run_dir  # closed by run()'s caller path below
+    if run_dir.took_over:
+        print_notes([("warning", f"took over the lock of PID {run_dir.took_over}, which is no longer running")])
+    args.resume_hint = f"python -m workbench.walkforward {args.data} --resume {run_dir.path}"
     executor = executor_from_args(args, cfg.device)
+    progress = make_progress(args.progress)
     try:
-        result = wf.run(prepared, progress=make_progress(args.progress), run_dir=run_dir, executor=executor)
+        result = wf.run(prepared, progress=progress, run_dir=run_dir, executor=executor)
     finally:
+        if progress is not None:
+            progress.close()  # a live dashboard restores the terminal before anything else is printed
         executor.close()
+        if getattr(args, "run_dir_made", None) is not None:
+            args.run_dir_made.close()
     if args.json:
         print(dumps({"run_dir": str(run_dir.path), "strategy": result.strategy, "account": prepared.account.describe(),
                      "annualization": M.ANNUALIZATION_NOTE, "stitched_oos": result.metrics,
                      "folds": result.to_frame().to_dict(orient="records")}))
     else:
-        console = Console(file=sys.stdout, width=None if sys.stdout.isatty() else 140)
+        console = Console(file=sys.stdout, width=None if sys.stdout.isatty() else 80)  # a pipe gets 80 columns
         _print_results(result, console)
         print(run_dir.path)
     ruined = [f.fold for f in result.fold_results if f.ok and f.metrics.get("ruined")]

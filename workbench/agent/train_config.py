@@ -55,6 +55,11 @@ def validate(cfg: TrainConfig) -> TrainConfig:
         (cfg.episode_len >= cfg.n_step + 2, "episode_len must exceed n_step + 1"),
         (cfg.replay_capacity >= 1024, "replay_capacity must be >= 1024"),
         (cfg.select_by in ("bar_t", "daily_sharpe", "pnl"), "select_by must be 'bar_t', 'daily_sharpe' or 'pnl'"),
+        (0 <= cfg.adam_beta1 < 1 and 0 <= cfg.adam_beta2 < 1 and cfg.adam_eps > 0, "Adam betas must be in [0, 1), eps > 0"),
+        (cfg.weight_decay >= 0 and cfg.grad_clip >= 0, "weight_decay and grad_clip must be >= 0"),
+        (0 <= cfg.per_alpha <= 1 and 0 <= cfg.per_beta <= 1 and cfg.per_eps > 0, "per_alpha, per_beta in [0, 1], per_eps > 0"),
+        (cfg.reward_scale > 0 and cfg.q_limit > 0, "reward_scale and q_limit must be > 0"),
+        (cfg.learning_starts >= 0 and cfg.eps_decay_epochs >= 0, "learning_starts and eps_decay_epochs must be >= 0"),
         (0 <= cfg.eps_end <= 1 and 0 <= cfg.eps_start <= 1, "epsilons must be in [0, 1]"),
     ]
     for ok, msg in checks:

@@ -21,43 +21,82 @@ from rich.live import Live
 from rich.table import Table
 
 from .. import metrics as M
-from ..config import load_config, to_toml
+from ..config import load_config, parse_override, to_toml
 from ..data import bars_for
+from cuda_kernels.nb import gpu_available
+
 from ..cli import Parser, add_data_args, add_executor_args, data_overrides, executor_from_args, print_notes, run_guarded
 from ..engine import WalkForward
 from ..errors import UsageError
+from ..resume import check_config
 from ..rundir import RunDir
-from .bounds import HyperoptProfile
+from ..dashboard import _duration, table_of
+from .bounds import GPU_KEYS, TRAINING_KEYS, HyperoptProfile
 from .search import Search, candidate_config
 
 
 class TrialProgress:
-    def __init__(self, total: int, live: bool):
-        self.total, self.t0, self.rows = total, time.perf_counter(), []
-        self.live = Live(console=Console(stderr=True), refresh_per_second=4) if live else None
+    """A trial table updated in place on a terminal (with the running trial's epochs), plain lines otherwise;
+    both with an ETA from the finished trials."""
+
+    def __init__(self, total: int, live: bool, already: int = 0):
+        self.total, self.t0, self.rows, self.already = total, time.perf_counter(), [], already
+        self.current = ""
+        self.console = Console(stderr=True)
+        self.live = Live(console=self.console, refresh_per_second=4) if live else None
         if self.live:
             self.live.start()
 
+    def _eta(self) -> str:
+        done, now = len(self.rows), time.perf_counter()
+        elapsed = now - self.t0
+        left = self.total - self.already - done
+        if not done or left <= 0:
+            return f"{_duration(elapsed)} elapsed"
+        per_trial = (self.t_last - self.t0) / done  # the running trial's time so far counts against it
+        return f"{_duration(elapsed)} elapsed, ETA {_duration(per_trial * left - (now - self.t_last))}"
+
+    def epoch(self, trial: int, fold: int, n_folds: int, log, n_epochs: int) -> None:
+        """An epoch of the running trial (in-process trials only; workers report whole trials)."""
+        self.current = (f"trial {trial}/{self.total}, fold {fold}/{n_folds}, epoch {log.epoch}/{n_epochs}: "
+                        f"val t {log.val_bar_t:.2f}, val Sharpe {log.val_sharpe:.2f}, loss {log.loss:.4f}")
+        if self.live:
+            self._draw()
+        else:
+            print(f"[{time.perf_counter() - self.t0:7.1f}s] {self.current} | {self._eta()}", file=sys.stderr, flush=True)
+
+    def _draw(self) -> None:
+        best = max((r for r in self.rows if r["mean_val_sharpe"] == r["mean_val_sharpe"]),
+                   key=lambda r: r["mean_val_sharpe"], default=None)
+        b = f"{best['mean_val_sharpe']:.3f} (trial {best['trial']})" if best else "none yet"
+        cols = ("trial", "iteration", "particle", "mean val Sharpe", "status", "time (s)")
+        rows = [[str(r["trial"]), str(r["iteration"]), str(r["particle"]), f"{r['mean_val_sharpe']:.3f}",
+                 r["status"][:30], f"{r['seconds']:.1f}"] for r in self.rows[-12:]]
+        t = table_of(f"hyperopt: {self.already + len(self.rows)}/{self.total} trials, best {b}; {self._eta()}", cols,
+                     rows, self.console.size.width, (0, 3, 3, 0, 1, 2), caption=self.current or None)
+        self.live.update(t)
+
     def trial(self, row: dict, best: dict | None) -> None:
         self.rows.append(row)
-        b = f"{best['mean_val_sharpe']:.3f} (trial {best['trial']})" if best else "none yet"
+        self.t_last = time.perf_counter()
+        self.current = ""
         if self.live:
-            t = Table(title=f"hyperopt: {len(self.rows)}/{self.total} trials, best mean validation Sharpe {b}, "
-                            f"{time.perf_counter() - self.t0:.0f} s")
-            for c in ("trial", "iteration", "particle", "mean val Sharpe", "status", "time (s)"):
-                t.add_column(c, justify="right")
-            for r in self.rows[-12:]:
-                t.add_row(str(r["trial"]), str(r["iteration"]), str(r["particle"]), f"{r['mean_val_sharpe']:.3f}",
-                          r["status"][:30], f"{r['seconds']:.1f}")
-            self.live.update(t)
+            self._draw()
         else:
-            print(f"[{time.perf_counter() - self.t0:7.1f}s] trial {row['trial'] + 1}/{self.total} (iteration "
+            b = f"{best['mean_val_sharpe']:.3f} (trial {best['trial']})" if best else "none yet"
+            print(f"[{time.perf_counter() - self.t0:7.1f}s] trial {row['trial']}/{self.total} (iteration "
                   f"{row['iteration']}, particle {row['particle']}): mean_val_sharpe={row['mean_val_sharpe']:.3f} "
-                  f"{row['status']} in {row['seconds']:.1f}s | best {b}", file=sys.stderr, flush=True)
+                  f"{row['status']} in {row['seconds']:.1f}s | best {b} | {self._eta()}", file=sys.stderr, flush=True)
 
     def stop(self):
         if self.live:
             self.live.stop()
+            self.live = None
+
+
+# Fixed on the CPU backend unless --set: two epochs of 50 updates on the CPU profile's sizes (0) per fold.
+CPU_BUDGET = {"epochs": 2, "max_steps_per_epoch": 50, "rollout_steps": 16, "learning_starts": 256,
+              "hidden": 0, "atoms": 0, "batch": 0, "n_envs": 0}
 
 
 def build_parser():
@@ -85,34 +124,51 @@ def run(args) -> int:
     base = load_config(args.config, overrides)
     base = dataclasses.replace(base, strategy=dataclasses.replace(base.strategy, name="dqn"))
     profile = HyperoptProfile(args.bounds)
+    set_keys = [parse_override(s)[0] for s in args.set]
+    user_fixed = {k[1] for k in set_keys if len(k) == 2 and k[0] in ("training", "gpu")}
+    if not gpu_available() or base.device == "cpu":
+        budget = {k: v for k, v in CPU_BUDGET.items() if k not in user_fixed and k in profile.names}
+        if budget:  # the CPU backend: a budget that finishes a smoke search in minutes, said so
+            base = load_config(args.config, overrides + [f"{'gpu' if k in GPU_KEYS else 'training'}.{k}={v}"
+                                                         for k, v in budget.items()])
+            base = dataclasses.replace(base, strategy=dataclasses.replace(base.strategy, name="dqn"))
+            profile.fix(budget)
+            print_notes([("search", "no GPU: CPU budget, these are fixed and not searched: "
+                                    + ", ".join(f"{k}={v or 'cpu profile'}" for k, v in budget.items())
+                                    + " (--set any of them to choose it)")])
+    fixed = profile.fix(user_fixed)
+    if fixed:  # a --set of a searched key fixes it: applied as given, never overridden by the swarm
+        values = [f"{k} = {getattr(base.training if k in TRAINING_KEYS else base.gpu, k)}" for k in fixed]
+        print_notes([("search", f"fixed by --set, not searched: {', '.join(values)}; "
+                                f"{len(profile.names)} parameters searched")])
     out = Path(args.resume or args.out or f"runs/{dt.datetime.now():%Y%m%d-%H%M%S}-hyperopt")
-    if args.resume:
-        if not (out / "base_config.toml").is_file():
-            raise UsageError(f"cannot resume {out}: no base_config.toml there", "is it a search directory?")
-        if (out / "base_config.toml").read_text() != to_toml(base):
-            raise UsageError(f"cannot resume {out}: the base config differs", "resume with the same --config/--set")
-        run_dir = RunDir(out, resume=True, marker="base_config.toml")
-    else:
-        run_dir = RunDir(out)
-        run_dir.write_text("base_config.toml", to_toml(base))
-        run_dir.write_text("bounds.toml", profile.path.read_text())
     bars = bars_for(args.data, base)
     print_notes(bars.report.lines())
-    live = args.progress == "live" or (args.progress == "auto" and sys.stderr.isatty())
-    executor = executor_from_args(args, base.device)
+    run_dir = RunDir(out, resume=bool(args.resume), kind="hyperopt")  # locked for this process's life
     try:
-        return _search(args, base, profile, bars, out, run_dir, live, executor)
+        if args.resume:
+            check_config((out / "base_config.toml").read_text(), base, out)
+        else:
+            run_dir.write_text("base_config.toml", to_toml(base))
+            run_dir.write_text("bounds.toml", profile.path.read_text())
+        args.resume_hint = f"python -m workbench.hyperopt {args.data} --trials {args.trials} --resume {out}"
+        live = args.progress == "live" or (args.progress == "auto" and sys.stderr.isatty())
+        executor = executor_from_args(args, base.device)
+        try:
+            return _search(args, base, profile, bars, out, run_dir, live, executor)
+        finally:
+            executor.close()
     finally:
-        executor.close()
+        run_dir.close()
 
 
 def _search(args, base, profile, bars, out, run_dir, live, executor) -> int:
-    progress = TrialProgress(args.trials, live)
-    search = Search(base, profile, bars, out, progress, executor)
+    search = Search(base, profile, bars, out, None, executor)
     print_notes([("splits", search.folds.attrs.get("sizing", ""))])
     kept = search.resume() if args.resume else 0
     if kept:
         print(f"workbench: resumed {out} with {kept} finished trials", file=sys.stderr)
+    progress = search.progress = TrialProgress(args.trials, live, already=kept)
     try:
         log = search.run(args.trials)
     finally:

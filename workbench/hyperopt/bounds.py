@@ -119,6 +119,17 @@ class HyperoptProfile:
         if not self.bounds:
             raise ConfigError(f"{self.path}: no [bounds.*] tables")
 
+    def fix(self, names) -> list[str]:
+        """Take ``names`` out of the search (their values come from the base config); returns those
+        that were searched. A search needs at least one parameter left."""
+        fixed = [n for n in names if n in self.bounds]
+        if fixed and len(fixed) == len(self.bounds):
+            raise ConfigError(f"--set fixes every searched parameter ({', '.join(fixed)}): nothing left to search",
+                              "drop a --set, or run python -m workbench.walkforward with those values")
+        for n in fixed:
+            del self.bounds[n]
+        return fixed
+
     def bound(self, name: str, default: Bound | None = None) -> Bound | None:
         """The TOML's bound for ``name``, or ``default`` when the file has none."""
         return self.bounds.get(name, default)

@@ -45,9 +45,9 @@ def candidate_config(base: RunConfig, values: dict) -> RunConfig:
                                gpu=dataclasses.replace(base.gpu, **g))
 
 
-def evaluate_candidate(base: RunConfig, values: dict, bars, score_folds, backend=None, prep=None):
+def evaluate_candidate(base: RunConfig, values: dict, bars, score_folds, backend=None, prep=None, on_epoch=None):
     """(validation Sharpe per scored fold, status, hourly validation PnL of the chosen epochs) of one
-    candidate; runs in whichever process holds the job."""
+    candidate; runs in whichever process holds the job. ``on_epoch(fold, log, n_epochs)``: progress, in process."""
     try:
         cfg = candidate_config(base, values)
     except ConfigError as exc:
@@ -63,7 +63,8 @@ def evaluate_candidate(base: RunConfig, values: dict, bars, score_folds, backend
         w = make_window(bars, feats, folds.loc[k].to_dict())
         trainer = backend.trainer(cfg.training, bars.market, prep.account.capital, seed=cfg.seed * 1000 + k,
                                   overrides=cfg.gpu)
-        res = trainer.train_fold(w, test=False)
+        res = trainer.train_fold(w, test=False, on_epoch=(lambda log, f=label: on_epoch(f, log, cfg.training.epochs))
+                                 if on_epoch else None)
         sharpes.append(res.epochs[res.best_epoch - 1].val_sharpe if res.best_epoch >= 1 else float("nan"))
         when = bars.frame.index[int(folds.loc[k, "val_start"]):int(folds.loc[k, "val_stop"])]
         hourly.extend(pd.Series(res.val_pnl, index=when).groupby(when.floor("h")).sum().tolist())
@@ -116,9 +117,13 @@ class Search:
         return len(self.rows)
 
     # ---- evaluation ----
-    def evaluate(self, values: dict) -> tuple[list[float], str]:
-        """One candidate in this process."""
-        return evaluate_candidate(self.base, values, self.bars, self.score_folds, self.backend, self.prep)
+    def evaluate(self, values: dict, trial: int = 0) -> tuple[list[float], str, list]:
+        """One candidate in this process (its epochs reported to the progress display)."""
+        report = None
+        if self.progress is not None and hasattr(self.progress, "epoch"):
+            n = len(self.score_folds)
+            report = lambda fold, log, n_epochs: self.progress.epoch(trial, fold, n, log, n_epochs)  # noqa: E731
+        return evaluate_candidate(self.base, values, self.bars, self.score_folds, self.backend, self.prep, report)
 
     def _write_log(self) -> None:
         tmp = self.log_path.with_name(".trials.parquet.tmp")
@@ -136,7 +141,7 @@ class Search:
             todo = [p for p in range(P) if p not in done][: trials - len(self.rows)]
             values = {p: self.profile.decode(positions[p]) for p in todo}
             if ex.live_progress:
-                fn, jobs = (lambda v: self.evaluate(v)), [(values[p],) for p in todo]
+                fn, jobs = self.evaluate, [(values[p], it * P + p + 1) for p in todo]
             else:
                 fn, jobs = evaluate_candidate, [(self.base, values[p], shared, self.score_folds) for p in todo]
             t0: dict[int, float] = {}
@@ -145,7 +150,7 @@ class Search:
                 sharpes, status, hourly = out if isinstance(out, tuple) else (
                     [float("nan")] * len(self.score_folds), f"failed: {out}", [])
                 fin = [s for s in sharpes if np.isfinite(s)]
-                row = {"trial": it * P + p, "iteration": it, "particle": p,
+                row = {"trial": it * P + p + 1, "iteration": it, "particle": p,  # trials counted from 1
                        **{f"u_{n}": float(u) for n, u in zip(names, positions[p])},
                        **{f"p_{n}": v for n, v in values[p].items()},
                        "val_sharpes": json.dumps(sharpes), "mean_val_sharpe": float(np.mean(fin)) if len(fin) == len(sharpes) else float("nan"),
