@@ -65,10 +65,8 @@ def _error_chain(exc: BaseException) -> str:
 
 
 def _failed(cfg, bars, k: int, ranges: dict, exc: BaseException, tb: str = "") -> FoldResult:
-    res = FoldResult(k + 1, cfg.strategy.name, bars.frame.iloc[:0], bars.frame.iloc[:0], {}, ranges,
-                     error=_error_chain(exc))
-    res.traceback = tb
-    return res
+    return FoldResult(k + 1, cfg.strategy.name, bars.frame.iloc[:0], bars.frame.iloc[:0], {}, ranges,
+                      error=_error_chain(exc), traceback=tb)
 
 
 def fold_result(cfg, k: int, prep: Prepared, backend, ranges: dict, on_epoch=None) -> FoldResult:
@@ -249,12 +247,12 @@ class WalkForward:
                 files = {"epochs.json": {"annualization": M.ANNUALIZATION_NOTE + " (val_sharpe)",
                                          "selected_by": rule, "selection": select_doc(rule) if rule else "",
                                          "chosen_epoch": res.metrics.get("best_epoch"),
-                                         "epochs": [dataclasses.asdict(e) for e in res.epochs]},
+                                         "epochs": res.epochs},
                          "weights.npy": res.params}
             run_dir.write_fold(k, res.metrics, res.trades, res.bars, extra, files)
         else:
             run_dir.write_json(f"fold_{k:03d}_error.json", {"fold": k, "error": res.error,
-                                                            "traceback": getattr(res, "traceback", "")})
+                                                            "traceback": res.traceback})
 
     def prepare(self, bars: "Bars | str | Path | Prepared") -> Prepared:
         """Load (with the config's ``[data]`` and ``[market]``), build the features and lay out the folds.

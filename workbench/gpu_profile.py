@@ -10,8 +10,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import config as _config
-from ._fields import _f
+from . import settings as _config
+from .settings import _f
 from .errors import ConfigError
 from .resources import config_dir
 

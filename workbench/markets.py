@@ -21,8 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
-from . import config as _config
-from ._fields import _f
+from . import settings as _config
+from .settings import _f
 from .errors import ConfigError
 from .resources import config_dir
 

@@ -18,7 +18,8 @@ import numpy as np
 import pandas as pd
 
 from .metrics import ANNUALIZATION_NOTE
-from .results import PHASES, epoch_dicts as _epoch_dicts
+
+PHASES = ("experience", "training", "validation")  # stacked per epoch; init is written above a fold's first
 
 PHASE_COLOURS = {"init": "#9e9e9e", "experience": "#1f77b4", "training": "#d62728", "validation": "#2ca02c"}
 BASELINE_COLOURS = {"buy-and-hold": "#7f7f7f", "momentum": "#ff7f0e"}
@@ -117,19 +118,19 @@ def _ms_text(ms: float) -> str:
     return f"{ms / 1000:.1f} s" if ms >= 1000 else f"{ms:.0f} ms"
 
 
-def _timing_panel(ax, folds: list, title: str) -> bool:
+def _timing_panel(ax, epochs: pd.DataFrame, title: str) -> bool:
     """Stacked per-epoch phase times (ms), epochs of every fold side by side. False if nothing trained.
 
     ``init`` is once per fold (upload, allocation, kernel compilation and graph capture), so it is written
     above the fold's first epoch rather than stacked: it would dwarf the epochs. Epochs far above the
     median (a first epoch that compiled kernels) are clipped and labelled with their total."""
-    rows = [(f.fold, e) for f in folds for e in _epoch_dicts(f)]
-    if not rows:
+    if epochs is None or not len(epochs):
         return False
+    rows = list(zip(epochs["fold"].to_numpy(), epochs["epoch"].to_numpy(), epochs["init_ms"].to_numpy(dtype=float)))
     x = np.arange(len(rows))
     bottom = np.zeros(len(rows))
-    for phase in PHASES[1:]:
-        h = np.array([float(e.get("ms", {}).get(phase, 0.0)) for _, e in rows])
+    for phase in PHASES:
+        h = epochs[f"{phase}_ms"].to_numpy(dtype=float)
         ax.bar(x, h, bottom=bottom, width=0.85, color=PHASE_COLOURS[phase], label=phase)
         bottom += h
     med = float(np.median(bottom)) if bottom.any() else 1.0
@@ -139,14 +140,13 @@ def _timing_panel(ax, folds: list, title: str) -> bool:
         ax.annotate(f"{_ms_text(bottom[i])} (clipped)", (i, cap), xytext=(0, 2), textcoords="offset points",
                     ha="center", va="bottom", fontsize=7)
     labels, first = [], {}
-    for i, (k, e) in enumerate(rows):
+    for i, (k, epoch, init) in enumerate(rows):
         new_fold = k not in first
         first.setdefault(k, i)
-        labels.append(f"{int(e['epoch'])}" + (f"\nfold {k}" if new_fold else ""))
+        labels.append(f"{int(epoch)}" + (f"\nfold {k}" if new_fold else ""))
         if new_fold:
             if i:
                 ax.axvline(i - 0.5, color="#555", lw=0.7, ls=":")
-            init = float(e.get("ms", {}).get("init", 0.0))
             y = min(bottom[i], cap)
             ax.annotate(f"init\n{_ms_text(init)}", (i, y), xytext=(0, 12 if bottom[i] > cap else 2),
                         textcoords="offset points", ha="center", va="bottom", fontsize=7, color="#555")
@@ -159,41 +159,41 @@ def _timing_panel(ax, folds: list, title: str) -> bool:
     return True
 
 
-def plot_walkforward(result, path=None, dpi: int = 110):
+def plot_walkforward(equity: dict[str, pd.Series], fold_of_bar: np.ndarray, fold_tables: dict[str, pd.DataFrame],
+                     epochs: pd.DataFrame, title: str, path=None, dpi: int = 110):
     """Stitched out-of-sample equity against the baselines with fold boundaries, drawdown, per-fold Sharpe
-    and, for the agent, per-epoch phase timing. Returns the ``Figure``; writes a PNG too when ``path``."""
-    ok = [f for f in result.fold_results if f.ok]
-    trained = any(_epoch_dicts(f) for f in ok)
+    and, for the agent, per-epoch phase timing. Frames in: ``equity`` by strategy (the first is the one
+    run), the fold number of every stitched bar, each strategy's folds table (``fold``, ``status``,
+    ``sharpe``), the epochs table. Returns the ``Figure``; writes a PNG too when ``path``."""
+    strategy = next(iter(equity))
+    trained = epochs is not None and len(epochs) > 0
     fig = _figure(11, 11.5 if trained else 8.5)
     axes = fig.subplots(4 if trained else 3, 1, height_ratios=[3, 1.4, 1.6, 2][: 4 if trained else 3])
-    series = {result.strategy: result.equity_curve()}
-    for name, br in getattr(result, "baseline_results", {}).items():
-        series[name] = br.equity_curve()
-    strat = result.stitched
-    fold_of_bar = strat["fold"].to_numpy()
+    fold_of_bar = np.asarray(fold_of_bar)
     bounds = [(int(k), int(np.argmax(fold_of_bar == k))) for k in pd.unique(fold_of_bar)]
-    if len(strat):
-        _equity_panel(axes[0], series, result.strategy, bounds)
-        _drawdown_panel(axes[1], series, result.strategy, bounds)
+    if len(fold_of_bar):
+        _equity_panel(axes[0], equity, strategy, bounds)
+        _drawdown_panel(axes[1], equity, strategy, bounds)
     else:
         axes[0].text(0.5, 0.5, "no fold finished", ha="center", va="center", transform=axes[0].transAxes)
-    axes[0].set_title(f"walk-forward {result.strategy} ({result.market.name}): stitched out-of-sample test ranges, "
-                      f"starting capital {result.capital:,.0f} USD, costs included", fontsize=10)
+    axes[0].set_title(title, fontsize=10)
 
     # per-fold Sharpe: the strategy and each baseline, grouped by fold; failed folds marked
     ax = axes[2]
-    names = list(series)
-    folds = [f.fold for f in result.fold_results]
+    names = list(fold_tables)
+    main = fold_tables[strategy]
+    folds = main["fold"].tolist()
     width = 0.8 / len(names)
     for j, name in enumerate(names):
-        src = result.fold_results if name == result.strategy else result.baseline_results[name].fold_results
-        by_fold = {f.fold: (f.metrics.get("sharpe", np.nan) if f.ok else np.nan) for f in src}
+        t = fold_tables[name]
+        by_fold = dict(zip(t["fold"], np.where(t["status"].astype(str).str.startswith("failed"), np.nan,
+                                               t["sharpe"].to_numpy(dtype=float))))
         vals = np.array([by_fold.get(k, np.nan) for k in folds], dtype=float)
         bars = ax.bar(np.arange(len(folds)) + (j - (len(names) - 1) / 2) * width, np.nan_to_num(vals), width,
-                      label=name, color=None if name == result.strategy else BASELINE_COLOURS.get(name))
+                      label=name, color=None if name == strategy else BASELINE_COLOURS.get(name))
         ax.bar_label(bars, labels=["" if not np.isfinite(v) else f"{v:.1f}" for v in vals], fontsize=7, padding=1)
-    for i, f in enumerate(result.fold_results):
-        if not f.ok:
+    for i, status in enumerate(main["status"].astype(str)):
+        if status.startswith("failed"):
             ax.annotate("failed", (i, 0), ha="center", va="bottom", fontsize=8, color="#d62728")
     ax.axhline(0, color="black", lw=0.6)
     ax.set_xticks(np.arange(len(folds)), [f"fold {k}" for k in folds])
@@ -202,39 +202,40 @@ def plot_walkforward(result, path=None, dpi: int = 110):
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3, axis="y")
     if trained:
-        _timing_panel(axes[3], ok, "phase times per epoch (ms; on the GPU from device events); init = the "
-                                   "fold's one-time upload, allocation, compilation and graph capture")
+        _timing_panel(axes[3], epochs, "phase times per epoch (ms; on the GPU from device events); init = the "
+                                       "fold's one-time upload, allocation, compilation and graph capture")
     if path is not None:
         fig.savefig(path, dpi=dpi)
     return fig
 
 
-def plot_fold(fold, path=None, dpi: int = 110):
-    """One fold's test-range equity and drawdown and, for the agent, per-epoch phase timing with the
-    validation Sharpe that chose the epoch. Returns the ``Figure``; writes a PNG too when ``path``."""
-    epochs = _epoch_dicts(fold)
-    fig = _figure(10, 8.5 if epochs else 5.5)
-    axes = fig.subplots(3 if epochs else 2, 1, height_ratios=[3, 1.4, 2][: 3 if epochs else 2])
-    if not fold.ok:
-        axes[0].text(0.5, 0.5, f"fold {fold.fold} failed:\n{fold.error}", ha="center", va="center",
+def plot_fold(bars: pd.DataFrame, epochs: pd.DataFrame, m: dict, fold: int, strategy: str, test_range: str = "",
+              error: str | None = None, path=None, dpi: int = 110):
+    """One fold's test-range equity and drawdown (``bars``: its per-bar frame) and, for the agent, per-epoch
+    phase timing with the statistic that chose the epoch (``epochs``: its epochs table; ``m``: its metrics).
+    Returns the ``Figure``; writes a PNG too when ``path``."""
+    trained = epochs is not None and len(epochs) > 0
+    fig = _figure(10, 8.5 if trained else 5.5)
+    axes = fig.subplots(3 if trained else 2, 1, height_ratios=[3, 1.4, 2][: 3 if trained else 2])
+    if error is not None:
+        axes[0].text(0.5, 0.5, f"fold {fold} failed:\n{error}", ha="center", va="center",
                      wrap=True, transform=axes[0].transAxes)
         return fig
-    eq = {fold.strategy: fold.bars["equity_usd"]}
-    _equity_panel(axes[0], eq, fold.strategy)
-    _drawdown_panel(axes[1], eq, fold.strategy)
-    m = fold.metrics
-    axes[0].set_title(f"fold {fold.fold} {fold.strategy}: test range {fold.ranges.get('test', '')}; "
+    eq = {strategy: bars["equity_usd"]}
+    _equity_panel(axes[0], eq, strategy)
+    _drawdown_panel(axes[1], eq, strategy)
+    axes[0].set_title(f"fold {fold} {strategy}: test range {test_range}; "
                       f"net {m.get('net_pnl_usd', np.nan):,.0f} USD, Sharpe {m.get('sharpe', np.nan):.2f} "
                       "(annualised daily)", fontsize=10)
-    if epochs:
+    if trained:
         ax = axes[2]
         from .agent.selection import SELECT_RULES
 
         rule = m.get("selected_by", "daily_sharpe")
         key = SELECT_RULES.get(rule, SELECT_RULES["daily_sharpe"])[0]
-        _timing_panel(ax, [fold], f"phase times per epoch (ms) and the statistic that chose the epoch ({rule})")
+        _timing_panel(ax, epochs, f"phase times per epoch (ms) and the statistic that chose the epoch ({rule})")
         tw = ax.twinx()
-        vs = np.array([e.get(key, np.nan) for e in epochs], dtype=float)
+        vs = epochs[key].to_numpy(dtype=float) if key in epochs.columns else np.full(len(epochs), np.nan)
         tw.plot(np.arange(len(vs)), vs, "ko-", ms=3, lw=1, label=f"validation {rule}")
         best = m.get("best_epoch")  # numbered from 1; the x axis counts from 0
         if best is not None and np.isfinite(best) and 1 <= int(best) <= len(vs):

@@ -12,7 +12,7 @@ from . import metrics as M
 from .account import Account
 from .markets import MarketSpec
 
-PHASES = ("init", "experience", "training", "validation")  # an epoch's timed phases (ms)
+PHASES = ("init", "experience", "training", "validation")  # an epoch's timed phases (ms): *_ms in epochs_frame()
 HEADLINE = ("net_pnl_usd", "sharpe", "sharpe_ci95_low", "sharpe_ci95_high", "days", "few_days", "psr", "sortino", "cagr",
             "max_drawdown", "ruined", "trades", "win_rate", "exposure")
 
@@ -28,6 +28,13 @@ class FoldResult:
     metrics: dict[str, float]
     ranges: dict[str, str] = field(default_factory=dict)
     error: str | None = None
+    epochs: list[dict] = field(default_factory=list)  # the agent's epoch logs (dicts; empty for a rule)
+    params: np.ndarray | None = None                    # the agent's chosen weights (flat float32)
+    traceback: str = ""                                 # of a failed fold
+
+    def __post_init__(self) -> None:
+        # one shape whatever the origin: EpochLog objects from a fresh run, dicts from a run directory
+        self.epochs = [dataclasses.asdict(e) if dataclasses.is_dataclass(e) else dict(e) for e in self.epochs]
 
     @property
     def ok(self) -> bool:
@@ -46,7 +53,16 @@ class FoldResult:
         Sharpe with the chosen epoch. Returns a matplotlib ``Figure`` (and writes a PNG to ``path``)."""
         from .plots import plot_fold
 
-        return plot_fold(self, path)
+        return plot_fold(self.bars, self.epochs_frame(), self.metrics, self.fold, self.strategy,
+                         self.ranges.get("test", ""), self.error, path)
+
+    def _repr_html_(self) -> str:
+        if not self.ok:
+            return f"<b>fold {self.fold}: failed</b><pre>{html.escape(self.error or '')}</pre>"
+        ranges = "".join(f"<li>{html.escape(k)}: {html.escape(v)}</li>" for k, v in self.ranges.items())
+        return (f"<div><b>fold {self.fold} ({html.escape(self.strategy)})</b><ul>{ranges}</ul>"
+                + _metrics_table_html("test range", {"value": self.metrics})
+                + f"<p><i>{html.escape(M.ANNUALIZATION_NOTE)}</i></p></div>")
 
 
 @dataclass
@@ -115,7 +131,11 @@ class WalkForwardResult:
         ``Figure`` (and writes a PNG to ``path``)."""
         from .plots import plot_walkforward
 
-        return plot_walkforward(self, path)
+        equity = {self.strategy: self.equity_curve(), **{n: r.equity_curve() for n, r in self.baseline_results.items()}}
+        tables = {self.strategy: self.to_frame(), **{n: r.to_frame() for n, r in self.baseline_results.items()}}
+        title = (f"walk-forward {self.strategy} ({self.market.name}): stitched out-of-sample test ranges, capital base "
+                 f"{self.capital:,.0f} USD, costs included")
+        return plot_walkforward(equity, self.stitched["fold"].to_numpy(), tables, self.epochs_frame(), title, path)
 
     def to_frame(self) -> pd.DataFrame:
         """One row per fold: its ranges and headline test metrics."""
@@ -131,15 +151,56 @@ class WalkForwardResult:
         return pd.DataFrame(rows)
 
 
-def epoch_dicts(fold) -> list[dict]:
-    """Epoch logs as dicts: EpochLog dataclasses from a fresh run, dicts from a resumed run directory."""
-    return [dataclasses.asdict(e) if dataclasses.is_dataclass(e) else dict(e) for e in getattr(fold, "epochs", None) or []]
+    def _repr_html_(self) -> str:
+        cols = {self.strategy: {k: v for k, v in self.metrics.items() if k != "annualization"}}
+        cols.update(self.baselines)
+        folds = self.to_frame().to_html(index=False, float_format=lambda x: f"{x:.4g}", escape=True)
+        return (f"<div><h3>walk-forward: {html.escape(self.strategy)} ({html.escape(self.market.name)}, "
+                f"{len(self.fold_results)} folds)</h3>"
+                + _metrics_table_html("stitched out-of-sample" + (" against the baselines (same folds, same costs)"
+                                                                  if self.baselines else ""), cols)
+                + f"<h4>folds</h4>{folds}<p><i>{html.escape(M.ANNUALIZATION_NOTE)}</i></p></div>")
+
+    def __rich__(self):
+        from rich.table import Table
+
+        t = Table(title=f"walk-forward: {self.strategy} ({self.market.name}), stitched out-of-sample")
+        names = [self.strategy, *self.baselines]
+        t.add_column("metric")
+        for n in names:
+            t.add_column(n, justify="right")
+        rows = {self.strategy: self.metrics, **self.baselines}
+        for k in self.metrics:
+            if k != "annualization":
+                t.add_row(k, *[_fmt(rows[n].get(k, "")) for n in names])
+        t.caption = M.ANNUALIZATION_NOTE
+        return t
+
+    def to_html(self, path, plots: bool = True) -> str:
+        """Write a self-contained HTML report (tables and, with ``plots``, the figures as embedded PNGs; no
+        external files, no scripts) and return its path."""
+        from pathlib import Path
+
+        from .plots import png_data_uri
+
+        def img(fig, alt):
+            return f"<img alt='{html.escape(alt)}' style='max-width:100%' src='{png_data_uri(fig)}'>" if plots else ""
+
+        page = ("<!doctype html><html><head><meta charset='utf-8'><title>workbench report</title><style>"
+                "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;margin:.5em 0}"
+                "td,th{border:1px solid #ccc;padding:.2em .6em;text-align:right}</style></head><body>"
+                + self._repr_html_() + img(self.plot(), "walk-forward figure")
+                + "".join(f._repr_html_() + (img(f.plot(), f"fold {f.fold} figure") if f.ok else "")
+                          for f in self.fold_results) + "</body></html>")
+        p = Path(path)
+        p.write_text(page)
+        return str(p)
 
 
 def _epochs_frame(folds) -> pd.DataFrame:
     rows = []
     for f in folds:
-        for e in epoch_dicts(f):
+        for e in f.epochs:
             ms = e.get("ms", {})
             rows.append({"fold": f.fold, "epoch": int(e["epoch"]),
                          **{f"{p}_ms": float(ms.get(p, 0.0)) for p in PHASES}, "total_ms": float(ms.get("total", 0.0)),
@@ -167,64 +228,3 @@ def _metrics_table_html(title: str, columns: dict[str, dict]) -> str:
     return f"<h4>{html.escape(title)}</h4><table><tr><th>metric</th>{head}</tr>{rows}</table>"
 
 
-def _fold_repr_html(self: FoldResult) -> str:
-    if not self.ok:
-        return f"<b>fold {self.fold}: failed</b><pre>{html.escape(self.error or '')}</pre>"
-    ranges = "".join(f"<li>{html.escape(k)}: {html.escape(v)}</li>" for k, v in self.ranges.items())
-    return (f"<div><b>fold {self.fold} ({html.escape(self.strategy)})</b><ul>{ranges}</ul>"
-            + _metrics_table_html("test range", {"value": self.metrics})
-            + f"<p><i>{html.escape(M.ANNUALIZATION_NOTE)}</i></p></div>")
-
-
-def _wf_repr_html(self: WalkForwardResult) -> str:
-    cols = {self.strategy: {k: v for k, v in self.metrics.items() if k != "annualization"}}
-    cols.update(self.baselines)
-    folds = self.to_frame().to_html(index=False, float_format=lambda x: f"{x:.4g}", escape=True)
-    return (f"<div><h3>walk-forward: {html.escape(self.strategy)} ({html.escape(self.market.name)}, "
-            f"{len(self.fold_results)} folds)</h3>"
-            + _metrics_table_html("stitched out-of-sample" + (" against the baselines (same folds, same costs)"
-                                                              if self.baselines else ""), cols)
-            + f"<h4>folds</h4>{folds}<p><i>{html.escape(M.ANNUALIZATION_NOTE)}</i></p></div>")
-
-
-def _wf_rich(self: WalkForwardResult):
-    from rich.table import Table
-
-    t = Table(title=f"walk-forward: {self.strategy} ({self.market.name}), stitched out-of-sample")
-    names = [self.strategy, *self.baselines]
-    t.add_column("metric")
-    for n in names:
-        t.add_column(n, justify="right")
-    rows = {self.strategy: self.metrics, **self.baselines}
-    for k in self.metrics:
-        if k != "annualization":
-            t.add_row(k, *[_fmt(rows[n].get(k, "")) for n in names])
-    t.caption = M.ANNUALIZATION_NOTE
-    return t
-
-
-def _wf_to_html(self: WalkForwardResult, path, plots: bool = True) -> str:
-    """Write a self-contained HTML report (tables and, with ``plots``, the figures as embedded PNGs; no
-    external files, no scripts) and return its path."""
-    from pathlib import Path
-
-    from .plots import png_data_uri
-
-    def img(fig, alt):
-        return f"<img alt='{html.escape(alt)}' style='max-width:100%' src='{png_data_uri(fig)}'>" if plots else ""
-
-    page = ("<!doctype html><html><head><meta charset='utf-8'><title>workbench report</title><style>"
-            "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;margin:.5em 0}"
-            "td,th{border:1px solid #ccc;padding:.2em .6em;text-align:right}</style></head><body>"
-            + _wf_repr_html(self) + img(self.plot(), "walk-forward figure")
-            + "".join(f.__class__._repr_html_(f) + (img(f.plot(), f"fold {f.fold} figure") if f.ok else "")
-                      for f in self.fold_results) + "</body></html>")
-    p = Path(path)
-    p.write_text(page)
-    return str(p)
-
-
-FoldResult._repr_html_ = _fold_repr_html
-WalkForwardResult._repr_html_ = _wf_repr_html
-WalkForwardResult.__rich__ = _wf_rich
-WalkForwardResult.to_html = _wf_to_html

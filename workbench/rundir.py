@@ -229,9 +229,7 @@ class RunDir:
         meta = json.loads((d / "metrics.json").read_text())
         ranges, strategy = meta.pop("ranges", {}), meta.pop("strategy", "")
         meta.pop("fold", None)
-        res = FoldResult(fold, strategy, pd.read_parquet(d / "bars.parquet"), pd.read_parquet(d / "trades.parquet"),
-                         meta, ranges)
-        if (d / "epochs.json").is_file():
-            res.epochs = json.loads((d / "epochs.json").read_text())["epochs"]
-            res.params = np.load(d / "weights.npy")
-        return res
+        agent = (d / "epochs.json").is_file()
+        return FoldResult(fold, strategy, pd.read_parquet(d / "bars.parquet"), pd.read_parquet(d / "trades.parquet"),
+                          meta, ranges, epochs=json.loads((d / "epochs.json").read_text())["epochs"] if agent else [],
+                          params=np.load(d / "weights.npy") if agent else None)

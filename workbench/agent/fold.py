@@ -55,7 +55,4 @@ def run_dqn_fold(k: int, prep, cfg, backend, ranges: dict, on_epoch=None):
     m.update(best_epoch=res.best_epoch, selected_by=cfg.training.select_by, best_val_score=res.best_val_score,
              best_val_sharpe=chosen.val_sharpe if chosen else float("nan"), backend=res.backend,
              init_ms=res.init_ms, **{f"counter_{key}": v for key, v in res.counters.items()})
-    out = FoldResult(k + 1, "dqn", sim.frame(), sim.trades, m, ranges)
-    out.epochs = res.epochs
-    out.params = res.params
-    return out
+    return FoldResult(k + 1, "dqn", sim.frame(), sim.trades, m, ranges, epochs=res.epochs, params=res.params)

@@ -1,41 +1,54 @@
-"""DQN hyper-parameters (``config/training/dqn.toml``), a frozen dataclass like every config here."""
+"""DQN hyper-parameters, a frozen dataclass like every config here.
+
+``config/training/dqn.toml`` is the one source of the defaults (documented there, key by key); the
+fields read them at import, so the dataclass and the file cannot disagree.
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .._fields import _f
 from ..errors import ConfigError
+from ..resources import config_file
+from ..settings import _f, read_toml
+
+_DEFAULTS = read_toml(config_file("training", "dqn.toml"))
+
+
+def _d(key: str):
+    if key not in _DEFAULTS:
+        raise ConfigError(f"config/training/dqn.toml has no default for '{key}'")
+    return _DEFAULTS[key]
 
 
 @dataclass(frozen=True)
 class TrainConfig:
-    epochs: int = _f(8, "training epochs per fold; the best by the validation statistic (select_by) is kept")
-    max_steps_per_epoch: int = _f(400, "gradient updates per epoch (the training phase's length)")
-    rollout_steps: int = _f(64, "env steps per epoch in the experience phase (each of n_envs envs)")
-    episode_len: int = _f(1024, "bars per training episode (random start inside the train range)")
-    gamma: float = _f(0.99, "discount per bar")
-    n_step: int = _f(3, "n-step return horizon (bars)")
-    lr: float = _f(1e-4, "Adam learning rate")
-    adam_beta1: float = _f(0.9, "Adam beta1")
-    adam_beta2: float = _f(0.999, "Adam beta2")
-    adam_eps: float = _f(1.5e-4, "Adam epsilon")
-    weight_decay: float = _f(0.0, "decoupled L2 on the parameters")
-    grad_clip: float = _f(10.0, "global gradient-norm clip (0 = off)")
-    tau: float = _f(0.005, "Polyak rate of the target network per update")
-    per_alpha: float = _f(0.6, "PER priority exponent")
-    per_beta: float = _f(0.4, "PER importance-weight exponent")
-    per_eps: float = _f(1e-3, "PER priority floor")
-    eps_start: float = _f(1.0, "epsilon-greedy exploration at the first epoch")
-    eps_end: float = _f(0.05, "epsilon at and after eps_decay_epochs")
-    eps_decay_epochs: int = _f(5, "epochs over which epsilon decays linearly")
-    v_min: float = _f(-10.0, "C51 support minimum (scaled reward units)")
-    v_max: float = _f(10.0, "C51 support maximum")
-    reward_scale: float = _f(0.01, "reward = net USD PnL of the bar x reward_scale")
-    max_position: int = _f(3, "largest position in contracts (size branch 1..3)")
-    replay_capacity: int = _f(1_000_000, "replay ring capacity (also capped by the GPU profile's memory share)")
-    learning_starts: int = _f(4096, "transitions in replay before the first update")
-    q_limit: float = _f(1e4, "the guard trips when |Q| exceeds this")
-    select_by: str = _f("bar_t", "epoch selection statistic on the validation range: 'bar_t' (t-statistic of the mean "
+    epochs: int = _f(_d("epochs"), "training epochs per fold; the best by the validation statistic (select_by) is kept")
+    max_steps_per_epoch: int = _f(_d("max_steps_per_epoch"), "gradient updates per epoch (the training phase's length)")
+    rollout_steps: int = _f(_d("rollout_steps"), "env steps per epoch in the experience phase (each of n_envs envs)")
+    episode_len: int = _f(_d("episode_len"), "bars per training episode (random start inside the train range)")
+    gamma: float = _f(_d("gamma"), "discount per bar")
+    n_step: int = _f(_d("n_step"), "n-step return horizon (bars)")
+    lr: float = _f(_d("lr"), "Adam learning rate")
+    adam_beta1: float = _f(_d("adam_beta1"), "Adam beta1")
+    adam_beta2: float = _f(_d("adam_beta2"), "Adam beta2")
+    adam_eps: float = _f(_d("adam_eps"), "Adam epsilon")
+    weight_decay: float = _f(_d("weight_decay"), "decoupled L2 on the parameters")
+    grad_clip: float = _f(_d("grad_clip"), "global gradient-norm clip (0 = off)")
+    tau: float = _f(_d("tau"), "Polyak rate of the target network per update")
+    per_alpha: float = _f(_d("per_alpha"), "PER priority exponent")
+    per_beta: float = _f(_d("per_beta"), "PER importance-weight exponent")
+    per_eps: float = _f(_d("per_eps"), "PER priority floor")
+    eps_start: float = _f(_d("eps_start"), "epsilon-greedy exploration at the first epoch")
+    eps_end: float = _f(_d("eps_end"), "epsilon at and after eps_decay_epochs")
+    eps_decay_epochs: int = _f(_d("eps_decay_epochs"), "epochs over which epsilon decays linearly")
+    v_min: float = _f(_d("v_min"), "C51 support minimum (scaled reward units)")
+    v_max: float = _f(_d("v_max"), "C51 support maximum")
+    reward_scale: float = _f(_d("reward_scale"), "reward = net USD PnL of the bar x reward_scale")
+    max_position: int = _f(_d("max_position"), "largest position in contracts (size branch 1..3)")
+    replay_capacity: int = _f(_d("replay_capacity"), "replay ring capacity (also capped by the GPU profile's memory share)")
+    learning_starts: int = _f(_d("learning_starts"), "transitions in replay before the first update")
+    q_limit: float = _f(_d("q_limit"), "the guard trips when |Q| exceeds this")
+    select_by: str = _f(_d("select_by"), "epoch selection statistic on the validation range: 'bar_t' (t-statistic of the mean "
                         "per-bar PnL), 'daily_sharpe' or 'pnl' (workbench/agent/selection.py)")
 
     def epsilon(self, epoch: int) -> float:
@@ -66,13 +79,3 @@ def validate(cfg: TrainConfig) -> TrainConfig:
         if not ok:
             raise ConfigError(f"training config: {msg}")
     return cfg
-
-
-def load_train_config(path: str | None = None, overrides: list[str] | None = None) -> TrainConfig:
-    """Defaults, then ``config/training/dqn.toml`` (or ``path``), then ``key=value`` overrides."""
-    from .. import config as _config
-    from ..resources import config_file
-
-    values = _config.read_toml(path or config_file("training", "dqn.toml"))
-    values = _config.merge_overrides(values, overrides or [])
-    return validate(_config.build(TrainConfig, values, prefix="training."))

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..agent.train_config import TrainConfig
-from ..config import GpuOverrides, read_toml
+from ..config import GpuOverrides
+from ..settings import read_toml
 from ..errors import ConfigError
 from ..resources import config_file
 
