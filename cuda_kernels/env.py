@@ -12,7 +12,7 @@ position is liquidated at its close with slippage and commission. ``reward = pnl
 """
 from __future__ import annotations
 
-from .nb import cuda, device_function, float32, float64, int8, int32, int64, kernel, njit, void
+from .nb import cached_njit, cuda, device_function, float32, float64, int8, int32, int64, kernel, void
 
 EXEC_MARKET, EXEC_PASSIVE, EXEC_KEEP = 0, 1, 2
 
@@ -110,9 +110,9 @@ step_bar = _make_step_bar(fill_bar, liquidation_cost)
 fill_bar_dev = device_function(fill_bar)
 liquidation_cost_dev = device_function(liquidation_cost)
 step_bar_dev = device_function(_make_step_bar(fill_bar_dev, liquidation_cost_dev))
-fill_bar_cpu = njit(cache=True)(fill_bar)
-liquidation_cost_cpu = njit(cache=True)(liquidation_cost)
-step_bar_cpu = njit(cache=True)(_make_step_bar(fill_bar_cpu, liquidation_cost_cpu))
+fill_bar_cpu = cached_njit(fill_bar)
+liquidation_cost_cpu = cached_njit(liquidation_cost)
+step_bar_cpu = cached_njit(_make_step_bar(fill_bar_cpu, liquidation_cost_cpu))
 
 
 @kernel(void(float64[::1], float64[::1], float64[::1], float64[::1], int8[::1], int64[::1], int64[::1], int32[::1],

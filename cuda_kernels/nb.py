@@ -2,10 +2,20 @@
 
 ``SIMULATOR`` is true under ``NUMBA_ENABLE_CUDASIM=1``; graph capture and raw driver calls are not
 available there and the runtime falls back to eager launches.
+
+On-disk cache of compiled kernels (and of the njit CPU twins): ``CACHE_DIR`` is a per-user directory
+(``$XDG_CACHE_HOME/workbench/kernels``, ``~/.cache`` by default; ``NUMBA_CACHE_DIR`` is used as the base
+when set; ``WORKBENCH_KERNEL_CACHE=<dir>`` chooses another, ``=off`` disables it) with one subdirectory
+per hash of every source file of this package and the Numba versions. Numba's own cache invalidates an
+entry when its function's file or signature changes, but not when a device function it calls from
+another file changes: keying the directory on the whole package closes that gap. Numba writes cache
+files to a temporary name and renames them, so concurrent worker processes share one directory safely.
 """
 from __future__ import annotations
 
+import hashlib
 import os
+from pathlib import Path
 
 from numba import cuda, njit, prange  # noqa: F401  (re-exported)
 from numba import float32, float64, int32, int64, uint32, uint64, int8, boolean, void  # noqa: F401
@@ -19,6 +29,41 @@ if "NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS" not in os.environ:
     from numba import config as _numba_config
 
     _numba_config.CUDA_LOW_OCCUPANCY_WARNINGS = 0
+
+
+def _cache_dir() -> str | None:
+    choice = os.environ.get("WORKBENCH_KERNEL_CACHE", "")
+    if choice.lower() == "off":
+        return None
+    import numba
+    import numba_cuda
+
+    h = hashlib.sha256(f"{numba.__version__} {numba_cuda.__version__}".encode())
+    for src in sorted(Path(__file__).resolve().parent.glob("*.py")):
+        h.update(src.name.encode() + src.read_bytes())
+    base = choice or os.environ.get("NUMBA_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "workbench", "kernels")
+    path = Path(base) / h.hexdigest()[:16]
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError:  # a read-only home: compile every time, as without a cache
+        return None
+    from numba import config as _config
+
+    _config.CACHE_DIR = str(path)  # where cache=True functions of this process look
+    return str(path)
+
+
+CACHE_DIR = _cache_dir()
+CACHE = CACHE_DIR is not None
+
+
+def cached_njit(fn=None, **kw):
+    """``njit`` with the on-disk cache above (keyed on this package's sources, so a changed device
+    function of another module invalidates its callers too)."""
+    if fn is None:
+        return lambda f: cached_njit(f, **kw)
+    return njit(cache=CACHE, **kw)(fn)
 
 
 def gpu_available() -> bool:
@@ -51,7 +96,7 @@ class Kernel:
     @property
     def dispatcher(self):
         if self._dispatcher is None:
-            self._dispatcher = cuda.jit(self.signature)(self.py_func)
+            self._dispatcher = cuda.jit(self.signature, cache=CACHE and not SIMULATOR)(self.py_func)
         return self._dispatcher
 
     def __getitem__(self, launch_config):

@@ -15,6 +15,24 @@ ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "data" / "es_sample.parquet"
 
 
+@pytest.fixture
+def rng(request):
+    """A generator seeded afresh for every test (fresh inputs each run); the seed is printed when the
+    test fails, and ``WORKBENCH_TEST_SEED=<seed>`` replays it."""
+    seed = int(os.environ.get("WORKBENCH_TEST_SEED") or np.random.SeedSequence().entropy % 2**32)
+    request.node.workbench_seed = seed
+    return np.random.default_rng(seed)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    seed = getattr(item, "workbench_seed", None)
+    if seed is not None and report.failed:
+        report.sections.append(("random inputs", f"seed {seed}: rerun with WORKBENCH_TEST_SEED={seed}"))
+
+
 def pytest_collection_modifyitems(config, items):
     from cuda_kernels.nb import gpu_available
 

@@ -13,16 +13,14 @@ BR, OFF = np.array([3, 3, 3], np.int32), np.array([0, 3, 6], np.int32)
 P, MAXPOS = 7, 3
 
 
-def test_enumerate_positions():
-    rng = np.random.default_rng()
+def test_enumerate_positions(rng):
     f = rng.normal(size=(5, 4)).astype(np.float32)
     out = cuda.to_device(np.full((5 * P, 4 + P), np.nan, np.float32))
     enumerate_positions_kernel[2, 32](cuda.to_device(f), 5, 4, P, out)
     assert np.array_equal(out.copy_to_host(), enumerate_positions_ref(f, P))
 
 
-def test_greedy_backtest_equals_bar_by_bar(bars):
-    rng = np.random.default_rng()
+def test_greedy_backtest_equals_bar_by_bar(rng, bars):
     T = 90
     k = int(np.flatnonzero(bars.roll_mask)[0])
     sub = bars.slice(k - 40, k - 40 + T)  # crosses the roll

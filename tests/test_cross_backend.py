@@ -3,6 +3,7 @@ same Philox streams -> the same batch, loss, gradients and updated weights over 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from workbench.agent.cpu_trainer import CpuTrainer
 from workbench.agent.gemm import make_gemm
@@ -15,6 +16,7 @@ from workbench.features import build_features
 from workbench.gpu_profile import GpuProfile
 
 
+@pytest.mark.slow
 def test_update_steps_agree(bars):
     feats = build_features(bars)
     fold = dict(train_start=200, train_stop=700, val_start=720, val_stop=740, test_start=760, test_stop=780)

@@ -25,6 +25,8 @@ TINY = ["--device", "cpu", "--epochs", "1", "--max-steps-per-epoch", "3", "--set
         "--progress", "none", "--json"]
 TINY_CFG = ['device="cpu"', "training.epochs=1", "training.max_steps_per_epoch=3", "splits.max_folds=3"]
 
+pytestmark = pytest.mark.slow  # several spawned processes and clusters; CI still runs it
+
 
 @pytest.fixture(scope="module")
 def cluster():

@@ -47,10 +47,9 @@ def test_env_step_equals_simulate(bars, seed):
     assert (ref.position != 0).any()
 
 
-def test_cpu_step_is_the_same_function(bars):
+def test_cpu_step_is_the_same_function(rng, bars):
     from cuda_kernels.env import step_bar, step_bar_cpu
 
-    rng = np.random.default_rng()
     o, h, l, c = (bars.column(x) for x in ("open", "high", "low", "close"))
     roll = bars.roll_mask.astype(np.int8)
     spec = bars.market

@@ -14,7 +14,6 @@ from workbench.cublas import Cublas
 from workbench.device import Device, HostSlot, Readback
 
 pytestmark = pytest.mark.gpu
-RNG = np.random.default_rng()
 
 
 @pytest.fixture(scope="module")
@@ -32,11 +31,11 @@ def _rel(a, b):
 
 
 @pytest.mark.parametrize("ta,tb", [(0, 0), (1, 0), (0, 1)])
-def test_cublas_matches_float64_and_numba(device, blas, ta, tb):
+def test_cublas_matches_float64_and_numba(rng, device, blas, ta, tb):
     M, N, K = 1024, 510, 512
-    A = RNG.normal(size=(K, M) if ta else (M, K)).astype(np.float32)
-    B = RNG.normal(size=(N, K) if tb else (K, N)).astype(np.float32)
-    C0 = RNG.normal(size=(M, N)).astype(np.float32)
+    A = rng.normal(size=(K, M) if ta else (M, K)).astype(np.float32)
+    B = rng.normal(size=(N, K) if tb else (K, N)).astype(np.float32)
+    C0 = rng.normal(size=(M, N)).astype(np.float32)
     ref = dense.gemm_ref(A, B, C0, ta, tb, 1.0, 0.5)
     dA, dB = cuda.to_device(A, stream=device.stream), cuda.to_device(B, stream=device.stream)
     dC = cuda.to_device(C0, stream=device.stream)
@@ -49,10 +48,10 @@ def test_cublas_matches_float64_and_numba(device, blas, ta, tb):
     assert _rel(nC.copy_to_host(), ref) < 1e-5
 
 
-def test_tf32_accuracy_is_reported_not_assumed(device):
+def test_tf32_accuracy_is_reported_not_assumed(rng, device):
     blas = Cublas(device, math="tf32")
     M = N = K = 512
-    A, B = RNG.normal(size=(M, K)).astype(np.float32), RNG.normal(size=(K, N)).astype(np.float32)
+    A, B = rng.normal(size=(M, K)).astype(np.float32), rng.normal(size=(K, N)).astype(np.float32)
     dC = cuda.device_array((M, N), np.float32)
     blas.gemm(cuda.to_device(A), cuda.to_device(B), dC)
     device.synchronize()
@@ -60,21 +59,21 @@ def test_tf32_accuracy_is_reported_not_assumed(device):
     assert 1e-6 < err < 3e-3  # tensor-core TF32: about 3e-4 expected, never fp32-exact
 
 
-def test_graph_with_cublas_and_numba_equals_eager(device, blas):
+def test_graph_with_cublas_and_numba_equals_eager(rng, device, blas):
     """A forward pass + head + C51 loss + Adam: eager once, then captured and replayed; bit-equal."""
     B, D, H, atoms = 256, 32, 128, 51
     nb, sizes, offs = 3, np.array([3, 3, 3], np.int32), np.array([0, 3, 6], np.int32)
     W = atoms * 10
     s = device.stream
-    x = cuda.to_device(RNG.normal(size=(B, D)).astype(np.float32), stream=s)
-    w1 = cuda.to_device((RNG.normal(size=(D, H)) * 0.2).astype(np.float32), stream=s)
-    b1 = cuda.to_device(RNG.normal(size=H).astype(np.float32) * 0.1, stream=s)
-    w2 = cuda.to_device((RNG.normal(size=(H, W)) * 0.1).astype(np.float32), stream=s)
+    x = cuda.to_device(rng.normal(size=(B, D)).astype(np.float32), stream=s)
+    w1 = cuda.to_device((rng.normal(size=(D, H)) * 0.2).astype(np.float32), stream=s)
+    b1 = cuda.to_device(rng.normal(size=H).astype(np.float32) * 0.1, stream=s)
+    w2 = cuda.to_device((rng.normal(size=(H, W)) * 0.1).astype(np.float32), stream=s)
     support = cuda.to_device(np.linspace(-1, 1, atoms).astype(np.float32), stream=s)
     h, head = cuda.device_array((B, H), np.float32, stream=s), cuda.device_array((B, W), np.float32, stream=s)
     logp, q = cuda.device_array((B, 9, atoms), np.float32, stream=s), cuda.device_array((B, 9), np.float32, stream=s)
-    acts = cuda.to_device(RNG.integers(0, 3, (B, nb)).astype(np.int32), stream=s)
-    rew = cuda.to_device(RNG.normal(0, 0.3, B).astype(np.float32), stream=s)
+    acts = cuda.to_device(rng.integers(0, 3, (B, nb)).astype(np.int32), stream=s)
+    rew = cuda.to_device(rng.normal(0, 0.3, B).astype(np.float32), stream=s)
     done = cuda.to_device(np.zeros(B, np.float32), stream=s)
     isw = cuda.to_device(np.ones(B, np.float32), stream=s)
     dhead, loss = cuda.device_array((B, W), np.float32, stream=s), cuda.device_array(B, np.float32, stream=s)

@@ -18,7 +18,6 @@ from cuda_kernels.nb import SIMULATOR
 
 from conftest import ROOT
 
-RNG = np.random.default_rng()  # fresh inputs every run; failures print the values
 NAN = np.float32(np.nan)
 
 
@@ -51,8 +50,8 @@ def test_philox_known_answers_reference_and_kernel():
     assert (out.copy_to_host() == want).all()
 
 
-def test_philox_uniforms_match_reference_and_look_uniform():
-    n, step, tag, k0, k1 = 40, int(RNG.integers(0, 2**32)), 7, int(RNG.integers(0, 2**32)), 99
+def test_philox_uniforms_match_reference_and_look_uniform(rng):
+    n, step, tag, k0, k1 = 40, int(rng.integers(0, 2**32)), 7, int(rng.integers(0, 2**32)), 99
     out = poisoned(4 * n)
     philox.philox_uniform_kernel[2, 16](out, step, tag, k0, k1, n)
     got = out.copy_to_host()
@@ -65,8 +64,8 @@ def test_philox_uniforms_match_reference_and_look_uniform():
 # ---- scan ----
 
 @pytest.mark.parametrize("n,threads", [(1, 32), (127, 32), (1000, 32), (4500, 64)])
-def test_scan_any_n(n, threads):
-    x = RNG.uniform(0.01, 2.0, n).astype(np.float32)
+def test_scan_any_n(rng, n, threads):
+    x = rng.uniform(0.01, 2.0, n).astype(np.float32)
     out = poisoned(n, np.float64)
     tiles = poisoned(scan.n_tiles(n, threads), np.float64)
     scan.launch_scan(dev(x), out, tiles, n, threads)
@@ -75,13 +74,13 @@ def test_scan_any_n(n, threads):
 
 # ---- PER ----
 
-def test_per_sampling_weights_and_bounds():
+def test_per_sampling_weights_and_bounds(rng):
     cap, size, batch = 300, 257, 64
     prio = np.zeros(cap, np.float32)
-    prio[:size] = RNG.uniform(0.05, 3.0, size)
+    prio[:size] = rng.uniform(0.05, 3.0, size)
     cums = dev(np.concatenate([np.cumsum(prio[:size].astype(np.float64)), np.full(cap - size, np.nan)]))
     idx, w = poisoned(batch, np.int64), poisoned(batch)
-    k0, k1, step = int(RNG.integers(0, 2**32)), 5, int(RNG.integers(0, 1000))
+    k0, k1, step = int(rng.integers(0, 2**32)), 5, int(rng.integers(0, 1000))
     per.per_sample_kernel[2, 32](cums, dev(np.array([size])), batch, 0.4, k0, k1, dev(np.array([step])), idx, w)
     per.normalize_weights_kernel[1, 32](w, batch)
     ref_idx, ref_w = per.per_sample_ref(prio, size, batch, 0.4, k0, k1, step)
@@ -91,13 +90,13 @@ def test_per_sampling_weights_and_bounds():
     np.testing.assert_allclose(w.copy_to_host(), ref_w, rtol=1e-5)
 
 
-def test_priority_update_duplicates_and_out_of_range():
+def test_priority_update_duplicates_and_out_of_range(rng):
     cap, batch = 50, 32
-    prio0 = RNG.uniform(0.1, 1.0, cap).astype(np.float32)
-    idx = RNG.integers(0, cap, batch).astype(np.int64)
+    prio0 = rng.uniform(0.1, 1.0, cap).astype(np.float32)
+    idx = rng.integers(0, cap, batch).astype(np.int64)
     idx[3] = idx[20]  # a duplicate: batch position 20 must win
     idx[5], idx[9] = -1, cap + 4  # out of range: skipped and counted
-    td = RNG.normal(0, 2, batch).astype(np.float32)
+    td = rng.normal(0, 2, batch).astype(np.float32)
     p, owner, bad, mx = dev(prio0), dev(np.full(cap, -1, np.int32)), dev(np.zeros(1, np.int32)), dev(np.zeros(1, np.float32))
     per.priority_claim_kernel[1, 32](dev(idx), owner, batch, cap, bad)
     per.priority_write_kernel[1, 32](p, dev(idx), dev(td), owner, batch, cap, 0.6, 1e-3, mx)
@@ -112,13 +111,13 @@ def test_priority_update_duplicates_and_out_of_range():
     assert mx.copy_to_host()[0] == pytest.approx(((np.abs(td[written]) + 1e-3) ** 0.6).max(), rel=1e-6)
 
 
-def test_replay_ring_insert_wraps():
+def test_replay_ring_insert_wraps(rng):
     cap, n_new = 10, 4
     ints, floats = poisoned((cap, 3), np.int32), poisoned((cap, 2))
     prio, mx = poisoned(cap), dev(np.array([2.5], np.float32))
     ptr, size = dev(np.array([8])), dev(np.array([8]))
-    new_i = RNG.integers(0, 1000, (n_new, 3)).astype(np.int32)
-    new_f = RNG.normal(size=(n_new, 2)).astype(np.float32)
+    new_i = rng.integers(0, 1000, (n_new, 3)).astype(np.int32)
+    new_f = rng.normal(size=(n_new, 2)).astype(np.float32)
     per.replay_insert_kernel[1, 32](ints, floats, dev(new_i), dev(new_f), prio, mx, ptr, size, n_new, cap)
     per.replay_advance_kernel[1, 1](ptr, size, n_new, cap)
     slots = [8, 9, 0, 1]
@@ -129,9 +128,9 @@ def test_replay_ring_insert_wraps():
 
 # ---- optimiser ----
 
-def test_grad_norm_adam_ema():
+def test_grad_norm_adam_ema(rng):
     n = 1000
-    g = RNG.normal(0, 3, n).astype(np.float32)
+    g = rng.normal(0, 3, n).astype(np.float32)
     parts = poisoned(4, np.float64)
     clip = poisoned(2)
     optim.sumsq_partial_kernel[4, 32](dev(g), n, parts)
@@ -139,8 +138,8 @@ def test_grad_norm_adam_ema():
     norm, scale = optim.grad_norm_ref(g, 5.0)
     got = clip.copy_to_host()
     assert got[0] == pytest.approx(norm, rel=1e-6) and got[1] == pytest.approx(scale, rel=1e-6) and scale < 1
-    p0, m0 = RNG.normal(size=n).astype(np.float32), RNG.normal(0, 0.1, n).astype(np.float32)
-    v0 = RNG.uniform(0, 0.1, n).astype(np.float32)
+    p0, m0 = rng.normal(size=n).astype(np.float32), rng.normal(0, 0.1, n).astype(np.float32)
+    v0 = rng.uniform(0, 0.1, n).astype(np.float32)
     p, m, v, step = dev(p0), dev(m0), dev(v0), dev(np.array([6]))
     optim.step_increment_kernel[1, 1](step)
     guard_on = dev(np.ones(1, np.int32))
@@ -153,7 +152,7 @@ def test_grad_norm_adam_ema():
     np.testing.assert_allclose(p.copy_to_host(), rp, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(m.copy_to_host(), rm, rtol=1e-5, atol=1e-7)
     np.testing.assert_allclose(v.copy_to_host(), rv, rtol=1e-5, atol=1e-8)
-    t0 = RNG.normal(size=n).astype(np.float32)
+    t0 = rng.normal(size=n).astype(np.float32)
     t = dev(t0)
     optim.ema_kernel[2, 32](t, dev(p0), n, 0.005, dev(np.ones(1, np.int32)))
     assert np.array_equal(t.copy_to_host(), t0)
@@ -161,11 +160,11 @@ def test_grad_norm_adam_ema():
     np.testing.assert_allclose(t.copy_to_host(), optim.ema_ref(t0, p0, 0.005), rtol=1e-6)
 
 
-def test_training_guard():
+def test_training_guard(rng):
     B, n_q = 16, 8
-    loss = RNG.uniform(0, 2, B).astype(np.float32)
-    w = RNG.uniform(0.1, 1, B).astype(np.float32)
-    q = RNG.normal(size=(n_q, 9)).astype(np.float32)
+    loss = rng.uniform(0, 2, B).astype(np.float32)
+    w = rng.uniform(0.1, 1, B).astype(np.float32)
+    q = rng.normal(size=(n_q, 9)).astype(np.float32)
     clip = np.array([3.0, 1.0], np.float32)
     guard, stats = dev(np.zeros(1, np.int32)), dev(np.zeros(4, np.float32))
     optim.guard_kernel[1, 32](dev(loss), dev(w), B, dev(q), n_q, 100.0, dev(clip), guard, stats)
@@ -185,11 +184,11 @@ def test_training_guard():
 # ---- dense ----
 
 @pytest.mark.parametrize("ta,tb", [(0, 0), (1, 0), (0, 1)])
-def test_gemm_transposes_and_beta(ta, tb):
+def test_gemm_transposes_and_beta(rng, ta, tb):
     M, N, K = 70, 9, 37  # ragged on every axis, 2x1 tiles
-    A = RNG.normal(size=(K, M) if ta else (M, K)).astype(np.float32)
-    B = RNG.normal(size=(N, K) if tb else (K, N)).astype(np.float32)
-    C0 = RNG.normal(size=(M, N)).astype(np.float32)
+    A = rng.normal(size=(K, M) if ta else (M, K)).astype(np.float32)
+    B = rng.normal(size=(N, K) if tb else (K, N)).astype(np.float32)
+    C0 = rng.normal(size=(M, N)).astype(np.float32)
     C = dev(C0)
     dense.gemm_kernel[dense.gemm_grid(M, N), dense.THREADS](dev(A), dev(B), C, M, N, K, ta, tb, 0.7, 0.5)
     np.testing.assert_allclose(C.copy_to_host(), dense.gemm_ref(A, B, C0, ta, tb, 0.7, 0.5), rtol=1e-4, atol=1e-4)
@@ -198,16 +197,16 @@ def test_gemm_transposes_and_beta(ta, tb):
     np.testing.assert_allclose(P.copy_to_host(), dense.gemm_ref(A, B, C0, ta, tb, 1.0, 0.0), rtol=1e-4, atol=1e-4)
 
 
-def test_bias_relu_and_backward():
+def test_bias_relu_and_backward(rng):
     M, N = 13, 21
-    Y0 = RNG.normal(size=(M, N)).astype(np.float32)
-    b = RNG.normal(size=N).astype(np.float32)
+    Y0 = rng.normal(size=(M, N)).astype(np.float32)
+    b = rng.normal(size=N).astype(np.float32)
     Y = dev(Y0)
     grid, tpb = dense.bias_act_launch(M, N, SIMULATOR)
     dense.bias_act_kernel[grid, tpb](Y, dev(b), M, N, dense.ACT_RELU)
     post = Y.copy_to_host()
     np.testing.assert_allclose(post, dense.bias_act_ref(Y0, b, dense.ACT_RELU), rtol=1e-6)
-    dY0 = RNG.normal(size=(M, N)).astype(np.float32)
+    dY0 = rng.normal(size=(M, N)).astype(np.float32)
     dY, db = dev(dY0), poisoned(N)
     grid, block = dense.bias_backward_launch(N, SIMULATOR)
     dense.bias_act_backward_kernel[grid, block](dY, dev(post), db, M, N, dense.ACT_RELU)
@@ -222,13 +221,13 @@ BRANCHES = np.array([3, 3, 3], np.int32)
 OFFSETS = np.array([0, 3, 6], np.int32)
 
 
-def _head(B, atoms):
-    return RNG.normal(0, 1.5, (B, atoms * (1 + BRANCHES.sum()))).astype(np.float32)
+def _head(rng, B, atoms):
+    return rng.normal(0, 1.5, (B, atoms * (1 + BRANCHES.sum()))).astype(np.float32)
 
 
-def test_dueling_head_matches_reference():
+def test_dueling_head_matches_reference(rng):
     B, atoms = 6, 11
-    head = _head(B, atoms)
+    head = _head(rng, B, atoms)
     support = np.linspace(-2, 2, atoms).astype(np.float32)
     logp, q = poisoned((B, 9, atoms)), poisoned((B, 9))
     grid, block = c51.head_launch(B, atoms, 3)
@@ -238,17 +237,17 @@ def test_dueling_head_matches_reference():
     np.testing.assert_allclose(q.copy_to_host(), rq, rtol=1e-4, atol=1e-5)
 
 
-def test_c51_loss_gradient_matches_reference_and_finite_differences():
+def test_c51_loss_gradient_matches_reference_and_finite_differences(rng):
     B, atoms, v_min, v_max, gamma_n = 5, 11, -2.0, 2.0, 0.97
     support = np.linspace(v_min, v_max, atoms)
-    head, head_next = _head(B, atoms), _head(B, atoms)
+    head, head_next = _head(rng, B, atoms), _head(rng, B, atoms)
     logp, _ = c51.dueling_head_ref(head.astype(np.float64), list(BRANCHES), atoms, support)
     logp_t, q_next = c51.dueling_head_ref(head_next.astype(np.float64), list(BRANCHES), atoms, support)
-    acts = RNG.integers(0, 3, (B, 3)).astype(np.int32)
+    acts = rng.integers(0, 3, (B, 3)).astype(np.int32)
     acts[0, 1] = 7  # out of range: clamped to 2
-    reward = RNG.normal(0, 1.5, B).astype(np.float32)  # some targets fall outside [v_min, v_max]
-    done = (RNG.random(B) < 0.3).astype(np.float32)
-    w = RNG.uniform(0.2, 1.0, B).astype(np.float32)
+    reward = rng.normal(0, 1.5, B).astype(np.float32)  # some targets fall outside [v_min, v_max]
+    done = (rng.random(B) < 0.3).astype(np.float32)
+    w = rng.uniform(0.2, 1.0, B).astype(np.float32)
     dhead, loss = poisoned(head.shape), poisoned(B)
     c51.c51_loss_kernel[c51.loss_launch(B, atoms)](dev(logp.astype(np.float32)), dev(q_next.astype(np.float32)),
                                dev(logp_t.astype(np.float32)), dev(acts), dev(reward), dev(done), gamma_n, v_min,
@@ -266,7 +265,7 @@ def test_c51_loss_gradient_matches_reference_and_finite_differences():
 
     h0 = head.astype(np.float64)
     for _ in range(6):
-        i, j = RNG.integers(0, B), RNG.integers(0, head.shape[1])
+        i, j = rng.integers(0, B), rng.integers(0, head.shape[1])
         e = np.zeros_like(h0)
         e[i, j] = 1e-5
         fd = (total(h0 + e) - total(h0 - e)) / 2e-5
@@ -275,9 +274,9 @@ def test_c51_loss_gradient_matches_reference_and_finite_differences():
 
 # ---- actions and Q stats ----
 
-def test_eps_greedy_greedy_random_and_clamped():
+def test_eps_greedy_greedy_random_and_clamped(rng):
     N = 40
-    q = RNG.normal(size=(N, 9)).astype(np.float32)
+    q = rng.normal(size=(N, 9)).astype(np.float32)
     acts, joint = poisoned((N, 3), np.int32), poisoned(N, np.int32)
     step = dev(np.array([3]))
     actions.eps_greedy_kernel[2, 32](dev(q), 3, dev(BRANCHES), dev(OFFSETS), dev(np.array([0.0], np.float32)),
@@ -292,13 +291,14 @@ def test_eps_greedy_greedy_random_and_clamped():
     assert (joint.copy_to_host() >= 0).all() and (joint.copy_to_host() < 27).all()
 
 
-def test_q_stats():
-    q = RNG.normal(size=(37, 9)).astype(np.float32)
+def test_q_stats(rng):
+    q = rng.normal(size=(37, 9)).astype(np.float32)
     out = poisoned(4)
     actions.q_stats_kernel[1, 32](dev(q), 37, 9, dev(BRANCHES), dev(OFFSETS), 3, out)
     np.testing.assert_allclose(out.copy_to_host(), actions.q_stats_ref(q, list(BRANCHES)), rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_every_kernel_compiles_to_sm90_ptx():
     env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "0"}
     p = subprocess.run([sys.executable, "-m", "cuda_kernels.ptx_check"], capture_output=True, text=True,

@@ -9,8 +9,7 @@ from workbench.agent.network import DeviceNetwork, NetShape, backward_ref, forwa
 from workbench.device import Device
 
 
-def test_forward_backward_match_reference():
-    rng = np.random.default_rng()
+def test_forward_backward_match_reference(rng):
     shape = NetShape(obs_dim=10, hidden=16, atoms=5)
     rows = 6
     params = init_params(shape, seed=int(rng.integers(0, 1000)))

@@ -49,6 +49,7 @@ def test_override_rewrites_only_named_parameters():
         run_notebooks.override(nb, {"NOT_A_PARAMETER": 1})
 
 
+@pytest.mark.slow
 def test_quickstart_runs_top_to_bottom(tmp_path):
     report = tmp_path / "report.html"
     nb = run_notebooks.execute(ROOT / "notebooks" / "quickstart.ipynb", {**SMALL, "REPORT": str(report)},
@@ -63,6 +64,7 @@ def test_quickstart_runs_top_to_bottom(tmp_path):
     assert page.count("<img ") == 1 + 2 and "data:image/png;base64," in page and "<script" not in page
 
 
+@pytest.mark.slow
 def test_analysis_runs_top_to_bottom(tmp_path):
     nb = run_notebooks.execute(ROOT / "notebooks" / "walkforward_analysis.ipynb", SMALL, timeout=900, out=tmp_path)
     text = "".join(_outputs(nb, "stream"))

@@ -8,23 +8,22 @@ from numba import cuda
 from cuda_kernels import rollout as R
 from workbench import metrics as M
 
-RNG = np.random.default_rng()
 
 
-def test_env_obs_and_gather():
+def test_env_obs_and_gather(rng):
     T, F, maxp = 12, 5, 3
     P = 2 * maxp + 1
-    feats = RNG.normal(size=(T, F)).astype(np.float32)
-    t = RNG.integers(0, T, 6)
-    pos = RNG.integers(-3, 4, 6).astype(np.int32)
+    feats = rng.normal(size=(T, F)).astype(np.float32)
+    t = rng.integers(0, T, 6)
+    pos = rng.integers(-3, 4, 6).astype(np.int32)
     obs = cuda.to_device(np.full((6, F + P), np.nan, np.float32))
     R.env_obs_kernel[2, 32](cuda.to_device(feats), cuda.to_device(t), cuda.to_device(pos), 6, F, maxp, obs)
     want = np.concatenate([feats[t], np.eye(P, dtype=np.float32)[pos + maxp]], axis=1)
     assert np.array_equal(obs.copy_to_host(), want)
-    store = RNG.integers(0, T, (20, 7)).astype(np.int32)
-    store[:, [1, 6]] = RNG.integers(0, P, (20, 2))
-    fstore = RNG.normal(size=(20, 2)).astype(np.float32)
-    idx = RNG.integers(0, 20, 8)
+    store = rng.integers(0, T, (20, 7)).astype(np.int32)
+    store[:, [1, 6]] = rng.integers(0, P, (20, 2))
+    fstore = rng.normal(size=(20, 2)).astype(np.float32)
+    idx = rng.integers(0, 20, 8)
     for which, (tc, pc) in ((0, (0, 1)), (1, (5, 6))):
         o = cuda.to_device(np.full((8, F + P), np.nan, np.float32))
         R.gather_obs_kernel[2, 32](cuda.to_device(feats), cuda.to_device(store), cuda.to_device(idx), 8, F, P, which, o)
@@ -37,11 +36,11 @@ def test_env_obs_and_gather():
     assert np.array_equal(r.copy_to_host(), fstore[idx, 0]) and np.array_equal(d.copy_to_host(), fstore[idx, 1])
 
 
-def test_env_reset_only_done_envs_inside_range():
+def test_env_reset_only_done_envs_inside_range(rng):
     N = 40
     t, end = cuda.to_device(np.full(N, 7)), cuda.to_device(np.full(N, 9))
     pos = cuda.to_device(np.full(N, 2, np.int32))
-    done = (RNG.random(N) < 0.5).astype(np.float32)
+    done = (rng.random(N) < 0.5).astype(np.float32)
     d = cuda.to_device(done)
     R.env_reset_kernel[2, 32](t, end, pos, d, 100, 500, 50, 3, 4, cuda.to_device(np.array([5])), N)
     tt, ee, pp = t.copy_to_host(), end.copy_to_host(), pos.copy_to_host()
@@ -50,12 +49,12 @@ def test_env_reset_only_done_envs_inside_range():
     assert (tt[~r] == 7).all() and (pp[~r] == 2).all() and (d.copy_to_host() == 0).all()
 
 
-def test_rollout_to_nstep_transitions():
+def test_rollout_to_nstep_transitions(rng):
     N, K, n, gamma = 3, 9, 3, 0.9
-    t_hist = np.cumsum(RNG.integers(1, 3, (N, K + 1)), axis=1).astype(np.int64)
-    pos_hist = RNG.integers(0, 7, (N, K + 1)).astype(np.int32)
-    act_hist = RNG.integers(0, 3, (N, K, 3)).astype(np.int32)
-    rew = RNG.normal(size=(N, K)).astype(np.float32)
+    t_hist = np.cumsum(rng.integers(1, 3, (N, K + 1)), axis=1).astype(np.int64)
+    pos_hist = rng.integers(0, 7, (N, K + 1)).astype(np.int32)
+    act_hist = rng.integers(0, 3, (N, K, 3)).astype(np.int32)
+    rew = rng.normal(size=(N, K)).astype(np.float32)
     done = np.zeros((N, K), np.float32)
     done[0, 4] = 1  # an episode end inside the rollout
     io = cuda.to_device(np.full((N * K, 7), -5, np.int32))
@@ -103,14 +102,14 @@ def test_validation_stats_match_reference_and_metrics(seed):
     assert (got[R.VAL_DAYS], got[R.VAL_BARS]) == (27, 258)
 
 
-def test_record_step_phases():
+def test_record_step_phases(rng):
     N, K = 4, 5
     th, ph = cuda.to_device(np.full((N, K + 1), -1, np.int64)), cuda.to_device(np.full((N, K + 1), -1, np.int32))
     ah, rh = cuda.to_device(np.full((N, K, 3), -1, np.int32)), cuda.to_device(np.full((N, K), np.nan, np.float32))
     dh = cuda.to_device(np.full((N, K), np.nan, np.float32))
     k = cuda.to_device(np.array([2]))
-    t, pos = RNG.integers(0, 100, N), RNG.integers(-3, 4, N).astype(np.int32)
-    acts, rew, done = RNG.integers(0, 3, (N, 3)).astype(np.int32), RNG.normal(size=N).astype(np.float32), np.array([0, 1, 0, 0], np.float32)
+    t, pos = rng.integers(0, 100, N), rng.integers(-3, 4, N).astype(np.int32)
+    acts, rew, done = rng.integers(0, 3, (N, 3)).astype(np.int32), rng.normal(size=N).astype(np.float32), np.array([0, 1, 0, 0], np.float32)
     args = [cuda.to_device(x) for x in (t, pos, acts, rew, done)]
     for phase in (0, 1, 2):
         R.record_step_kernel[1, 32](k, *args, th, ph, ah, rh, dh, N, 3, phase)

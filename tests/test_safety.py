@@ -79,6 +79,7 @@ def test_a_second_run_into_a_locked_directory_is_refused_naming_the_pid(tmp_path
     assert f"took over the lock of PID {holder.pid}" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_two_runs_started_together_one_wins(tmp_path):
     run = tmp_path / "run"
     procs = [_cli(str(SAMPLE), *TINY_AGENT, "--out", str(run), "--force") for _ in range(2)]
@@ -192,6 +193,7 @@ def test_synthetic_errors_are_one_line(tmp_path, capsys):
     _one_line_error(capsys, rc, 73, "does not exist")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig,code,what", [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")])
 def test_signals_restore_the_terminal_keep_folds_and_say_how_to_resume(sig, code, what, tmp_path):
     import pty

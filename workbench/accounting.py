@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 
 from cuda_kernels.env import fill_bar_cpu, liquidation_cost_cpu
-from cuda_kernels.nb import njit
+from cuda_kernels.nb import cached_njit
 
 from .data import Bars
 from .markets import MarketSpec
@@ -42,7 +42,7 @@ MARKET, PASSIVE = 0, 1
 TRADE_FIELDS = ("entry_bar", "exit_bar", "side", "max_qty", "entry_price", "exit_price", "pnl", "costs")
 
 
-@njit  # no cache=True: a cached copy would keep a stale fill_bar after cuda_kernels/env.py changes (Numba tracks only this file)
+@cached_njit  # cached per hash of cuda_kernels/ (fill_bar lives there): see cuda_kernels/nb.py
 def _simulate_core(open_, high, low, close, roll, target, order, limit, pv, slip, comm, bps):  # pragma: no cover - jitted
     T = close.shape[0]
     position = np.zeros(T, np.int64)

@@ -17,7 +17,7 @@ from cuda_kernels import optim as K_opt
 from cuda_kernels import per as K_per
 from cuda_kernels import rollout as K_ro
 from cuda_kernels.env import step_bar_cpu
-from cuda_kernels.nb import njit
+from cuda_kernels.nb import cached_njit
 from cuda_kernels.philox import uniforms4_ref
 
 from ..gpu_profile import GpuProfile
@@ -39,7 +39,7 @@ def eps_greedy_ref(q: np.ndarray, eps: float, step: int, k0: int, k1: int, branc
     return out
 
 
-@njit  # no cache=True: a cached copy would keep a stale fill_bar after cuda_kernels/env.py changes (Numba tracks only this file)
+@cached_njit  # cached per hash of cuda_kernels/ (fill_bar lives there): see cuda_kernels/nb.py
 def env_step_cpu(o, h, l, c, roll, t_arr, end_arr, pos_arr, actions, pv, tick, slip, comm, bps, scale):  # pragma: no cover
     N = t_arr.shape[0]
     reward = np.zeros(N, np.float32)
@@ -56,7 +56,7 @@ def env_step_cpu(o, h, l, c, roll, t_arr, end_arr, pos_arr, actions, pv, tick, s
     return reward, done
 
 
-@njit  # no cache=True: a cached copy would keep a stale fill_bar after cuda_kernels/env.py changes (Numba tracks only this file)
+@cached_njit  # cached per hash of cuda_kernels/ (fill_bar lives there): see cuda_kernels/nb.py
 def greedy_backtest_cpu(o, h, l, c, roll, greedy, a, b, pv, tick, slip, comm, bps):  # pragma: no cover
     n = b - a
     position = np.zeros(n, np.int32)

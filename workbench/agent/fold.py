@@ -31,12 +31,25 @@ class AccountingMismatch(ArithmeticError):
     pass
 
 
+def fold_seed(seed: int, k: int) -> int:
+    """The training seed of the k-th fold (from 0): from the run's seed and the fold, never the worker, so
+    a fold trains the same wherever it runs (in process, a spawned worker, a Dask worker, a search)."""
+    return seed * 1000 + k
+
+
+def train_fold(k: int, prep, cfg, backend, test: bool = True, on_epoch=None):
+    """Train the agent on the k-th fold of ``prep`` (``WalkForward.prepare``): the one path the
+    walk-forward and the search share. ``test=False`` (the search) never backtests the test range."""
+    w = make_window(prep.bars, prep.feats, prep.folds.loc[k].to_dict())
+    trainer = backend.trainer(cfg.training, prep.spec, prep.account.capital, seed=fold_seed(cfg.seed, k),
+                              overrides=cfg.gpu)
+    return trainer.train_fold(w, on_epoch=on_epoch, test=test)
+
+
 def run_dqn_fold(k: int, prep, cfg, backend, ranges: dict, on_epoch=None):
-    bars, feats, folds, spec, acct = prep.bars, prep.feats, prep.folds, prep.spec, prep.account
+    bars, folds, spec, acct = prep.bars, prep.folds, prep.spec, prep.account
     fold = folds.loc[k].to_dict()
-    w = make_window(bars, feats, fold)
-    trainer = backend.trainer(cfg.training, spec, acct.capital, seed=cfg.seed * 1000 + k, overrides=cfg.gpu)
-    res = trainer.train_fold(w, on_epoch=on_epoch)
+    res = train_fold(k, prep, cfg, backend, on_epoch=on_epoch)
     a, b = int(fold["test_start"]), int(fold["test_stop"])
     test = bars.slice(a, b)
     close = test.column("close")

@@ -27,7 +27,7 @@ import pandas as pd
 
 from ..agent.backend import make_backend
 from ..agent.train_config import validate
-from ..agent.window import make_window
+from ..agent.fold import train_fold
 from ..config import RunConfig
 from ..errors import ConfigError
 from .bounds import GPU_KEYS, HyperoptProfile
@@ -56,15 +56,12 @@ def evaluate_candidate(base: RunConfig, values: dict, bars, score_folds, backend
         from ..engine import worker_context
 
         prep, backend = worker_context(base, bars)
-    bars, feats, folds = prep.bars, prep.feats, prep.folds
+    bars, folds = prep.bars, prep.folds
     sharpes, hourly = [], []
     for label in score_folds:  # fold numbers, from 1
         k = label - 1
-        w = make_window(bars, feats, folds.loc[k].to_dict())
-        trainer = backend.trainer(cfg.training, bars.market, prep.account.capital, seed=cfg.seed * 1000 + k,
-                                  overrides=cfg.gpu)
-        res = trainer.train_fold(w, test=False, on_epoch=(lambda log, f=label: on_epoch(f, log, cfg.training.epochs))
-                                 if on_epoch else None)
+        res = train_fold(k, prep, cfg, backend, test=False,
+                         on_epoch=(lambda log, f=label: on_epoch(f, log, cfg.training.epochs)) if on_epoch else None)
         sharpes.append(res.epochs[res.best_epoch - 1].val_sharpe if res.best_epoch >= 1 else float("nan"))
         when = bars.frame.index[int(folds.loc[k, "val_start"]):int(folds.loc[k, "val_stop"])]
         hourly.extend(pd.Series(res.val_pnl, index=when).groupby(when.floor("h")).sum().tolist())
