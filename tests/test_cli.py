@@ -157,3 +157,18 @@ def test_gpu_size_overrides_reach_the_trainer(tmp_path, capsys):
     n_features = 16  # the sample's feature count (with order flow)
     assert w.size == NetShape(obs_dim=n_features + 7, hidden=16, atoms=11).n_params
     assert main([str(SAMPLE), "--set", "gpu.atoms=1", "--out", str(tmp_path / "bad"), "--progress", "none"]) == 78
+
+
+GOLDEN_ARGS = ["--device", "cpu", "--epochs", "2", "--max-steps-per-epoch", "20", "--set", "splits.max_folds=2",
+               "--set", "training.rollout_steps=16", "--set", "training.learning_starts=256", "--progress", "none"]
+
+
+def test_cpu_walkforward_summary_is_byte_identical_to_the_golden_file(tmp_path, capsys):
+    """Refactors keep behaviour: the agent's CPU walk-forward on the sample writes the same summary.json,
+    byte for byte, as tests/data/golden_cpu_summary.json (written before the #14 renovation at 7d75f10).
+    A deliberate change of results regenerates it: python -m workbench.walkforward data/es_sample.parquet
+    <GOLDEN_ARGS> --out RUN, then copy RUN/summary.json, and say why in the commit."""
+    out = tmp_path / "run"
+    assert main([str(SAMPLE), *GOLDEN_ARGS, "--out", str(out)]) == 0, capsys.readouterr().err
+    golden = ROOT / "tests" / "data" / "golden_cpu_summary.json"
+    assert (out / "summary.json").read_bytes() == golden.read_bytes()
