@@ -21,10 +21,10 @@ def _run(bars, seed):
 
 def test_fold_trains_deterministically(bars):
     a, b = _run(bars, 5), _run(bars, 5)
-    assert [e.updates for e in a.epochs] == [50, 50, 50]
+    assert [e["updates"] for e in a.epochs] == [50, 50, 50]
     assert np.array_equal(a.params, b.params)  # same seed and device: the same weights, bit for bit
     assert np.array_equal(a.bars["pnl_usd"].to_numpy(), b.bars["pnl_usd"].to_numpy())
-    assert all(np.isfinite(e.loss) for e in a.epochs)
-    assert a.epochs[-1].ms["training"] > 0 and a.epochs[0].ms["init"] > 0
+    assert all(np.isfinite(e["loss"]) for e in a.epochs)
+    assert a.epochs[-1]["ms"]["training"] > 0 and a.epochs[0]["ms"]["init"] > 0
     c = _run(bars, 6)
     assert not np.array_equal(a.params, c.params)
