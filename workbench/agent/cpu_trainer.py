@@ -23,9 +23,9 @@ from cuda_kernels.philox import uniforms4_ref
 from ..gpu_profile import GpuProfile
 from ..markets import MarketSpec
 from .network import NetShape, backward_ref, forward_ref, init_params
-from .selection import EpochSelector
+from .loop import EpochStats, run_fold
 from .train_config import TrainConfig
-from .trainer import EpochLog, FoldTrainResult, philox_keys
+from .records import FoldTrainResult, philox_keys
 from .window import MAX_POS, N_POS, Window
 
 
@@ -153,84 +153,103 @@ class CpuTrainer:
         return pos, pnl, greedy
 
     def train_fold(self, w: Window, on_epoch=None, test: bool = True) -> FoldTrainResult:
-        """Train on the fold; ``test=False`` (the search) never backtests the test range."""
-        cfg, prof, sp = self.cfg, self.profile, self.spec
-        t0 = time.perf_counter()
-        shape = NetShape(obs_dim=w.n_features + N_POS, hidden=prof.hidden, atoms=prof.atoms)
-        support = np.linspace(cfg.v_min, cfg.v_max, shape.atoms).astype(np.float32).astype(np.float64)
-        self.params = init_params(shape, self.seed)
-        self.target, best = self.params.copy(), self.params.copy()
+        """Train on the fold (the shared epoch loop, :func:`workbench.agent.loop.run_fold`)."""
+        return run_fold(self, self.cfg, w, on_epoch, test)
+
+    # ---------------------------------------------------------------- the phases run_fold drives
+    def setup(self, w: Window) -> None:
+        cfg, prof = self.cfg, self.profile
+        self.w = w
+        self.shape = NetShape(obs_dim=w.n_features + N_POS, hidden=prof.hidden, atoms=prof.atoms)
+        self.support = np.linspace(cfg.v_min, cfg.v_max, self.shape.atoms).astype(np.float32).astype(np.float64)
+        self.params = init_params(self.shape, self.seed)
+        self.target, self.best = self.params.copy(), self.params.copy()
         self.m, self.v = np.zeros_like(self.params), np.zeros_like(self.params)
         N, Ke = prof.n_envs, cfg.rollout_steps
-        K_hist = Ke + cfg.n_step - 1
-        cap = max(cfg.replay_capacity, 2 * N * Ke)
-        self.int_store, self.float_store = np.zeros((cap, 7), np.int32), np.zeros((cap, 2), np.float32)
-        self.prio, self.max_prio, self.size, ptr = np.zeros(cap, np.float32), 1.0, 0, 0
+        self.K_hist = Ke + cfg.n_step - 1
+        self.cap = cap = max(cfg.replay_capacity, 2 * N * Ke)
+        self.int_store, self.float_store = np.zeros((cap, K_ro.N_INT), np.int32), np.zeros((cap, K_ro.N_FLOAT), np.float32)
+        self.prio, self.max_prio, self.size, self.ptr = np.zeros(cap, np.float32), 1.0, 0, 0
         self.t, self.end, self.pos = np.zeros(N, np.int64), np.zeros(N, np.int64), np.zeros(N, np.int32)
         self.step, self.env_step = 0, 0
-        done = np.ones(N, np.float32)
-        self._reset(done, w)
-        init_ms = (time.perf_counter() - t0) * 1e3
-        logs, chooser = [], EpochSelector(cfg.select_by)
-        for epoch in range(cfg.epochs):
-            eps = cfg.epsilon(epoch)
-            snap = (self.params.copy(), self.target.copy(), self.m.copy(), self.v.copy())
-            ta = time.perf_counter()
-            th, ph = np.zeros((N, K_hist + 1), np.int64), np.zeros((N, K_hist + 1), np.int32)
-            ah, rh, dh = np.zeros((N, K_hist, 3), np.int32), np.zeros((N, K_hist), np.float32), np.zeros((N, K_hist), np.float32)
-            for k in range(K_hist):
-                q = forward_ref(self.params, self._obs(w.features, self.t, self.pos + MAX_POS), shape, support)["q"]
-                acts = eps_greedy_ref(q.astype(np.float32), eps, self.env_step, self.k0, self.k1, shape.branch_sizes)
-                th[:, k], ph[:, k], ah[:, k] = self.t, self.pos + MAX_POS, acts
-                rew, done = env_step_cpu(w.open, w.high, w.low, w.close, w.roll, self.t, self.end, self.pos, acts,
-                                         sp.point_value, sp.tick_size, sp.slippage_ticks, sp.commission_per_side,
-                                         sp.commission_bps, np.float32(cfg.reward_scale))
-                rh[:, k], dh[:, k] = rew, done
-                self._reset(done, w)
-                th[:, k + 1], ph[:, k + 1] = self.t, self.pos + MAX_POS
-                self.env_step += 1
-            ints, floats = rollout_to_transitions_vec(th, ph, ah, rh, dh, Ke, np.float32(cfg.gamma), cfg.n_step)
-            slots = (ptr + np.arange(len(ints))) % cap
-            self.int_store[slots], self.float_store[slots], self.prio[slots] = ints, floats, self.max_prio
-            ptr, self.size = (ptr + len(ints)) % cap, min(self.size + len(ints), cap)
-            tb = time.perf_counter()
-            losses, norms, max_q, tripped = [], [], 0.0, False
-            if self.size >= cfg.learning_starts:
-                for _ in range(cfg.max_steps_per_epoch):
-                    loss, norm, mq, bad = self._update(w, shape, support)
-                    if bad:
-                        tripped = True
-                        break
-                    losses.append(loss)
-                    norms.append(norm)
-                    max_q = max(max_q, mq)
-            if tripped:
-                self.params, self.target, self.m, self.v = (x.copy() for x in snap)
-            tc = time.perf_counter()
-            vpos, vpnl, _ = self._backtest(self.params, w, w.val, shape, support)
-            full = np.zeros(w.n_bars)
-            full[w.val[0]:w.val[1]] = vpnl
-            val = K_ro.validation_stats_ref(full, w.day, w.val[0], w.val[1])
-            td = time.perf_counter()
-            ms = {"experience": (tb - ta) * 1e3, "training": (tc - tb) * 1e3, "validation": (td - tc) * 1e3}
-            ms["init"] = init_ms if epoch == 0 else 0.0  # the fold's one-off init phase, reported once
-            ms["total"] = sum(ms.values())
-            log = EpochLog.from_stats(epoch + 1, eps, self.size, len(losses), float(np.mean(losses)) if losses else 0.0,
-                                      float(np.mean(norms)) if norms else 0.0, max_q, tripped, val, ms)
-            logs.append(log)
-            if chooser.offer(log):
-                best = self.params.copy()
-            if on_epoch:
-                on_epoch(log)
-        if chooser.best_epoch < 0:
-            best = self.params.copy()
-        best_epoch, best_score = chooser.best_epoch, chooser.best_score
-        if not test:
-            _vpos, vpnl, _ = self._backtest(best, w, w.val, shape, support)
-            return FoldTrainResult(logs, best_epoch, best_score, best, np.zeros(0, np.int32), np.zeros(0),
-                                   np.zeros((0, 3), np.int32), init_ms, backend="cpu", val_pnl=np.asarray(vpnl, np.float64))
-        pos, pnl, greedy = self._backtest(best, w, w.test, shape, support)
+        self._reset(np.ones(N, np.float32), w)
+
+    def snapshot(self) -> None:
+        self.snap = (self.params.copy(), self.target.copy(), self.m.copy(), self.v.copy())
+
+    def restore(self) -> None:
+        self.params, self.target, self.m, self.v = (x.copy() for x in self.snap)
+
+    def experience(self, eps: float) -> None:
+        cfg, w, sp, shape, N = self.cfg, self.w, self.spec, self.shape, self.profile.n_envs
+        ta = time.perf_counter()
+        K_hist = self.K_hist
+        th, ph = np.zeros((N, K_hist + 1), np.int64), np.zeros((N, K_hist + 1), np.int32)
+        ah, rh, dh = np.zeros((N, K_hist, 3), np.int32), np.zeros((N, K_hist), np.float32), np.zeros((N, K_hist), np.float32)
+        for k in range(K_hist):
+            q = forward_ref(self.params, self._obs(w.features, self.t, self.pos + MAX_POS), shape, self.support)["q"]
+            acts = eps_greedy_ref(q.astype(np.float32), eps, self.env_step, self.k0, self.k1, shape.branch_sizes)
+            th[:, k], ph[:, k], ah[:, k] = self.t, self.pos + MAX_POS, acts
+            rew, done = env_step_cpu(w.open, w.high, w.low, w.close, w.roll, self.t, self.end, self.pos, acts,
+                                     sp.point_value, sp.tick_size, sp.slippage_ticks, sp.commission_per_side,
+                                     sp.commission_bps, np.float32(cfg.reward_scale))
+            rh[:, k], dh[:, k] = rew, done
+            self._reset(done, w)
+            th[:, k + 1], ph[:, k + 1] = self.t, self.pos + MAX_POS
+            self.env_step += 1
+        ints, floats = rollout_to_transitions_vec(th, ph, ah, rh, dh, cfg.rollout_steps, np.float32(cfg.gamma), cfg.n_step)
+        slots = (self.ptr + np.arange(len(ints))) % self.cap
+        self.int_store[slots], self.float_store[slots], self.prio[slots] = ints, floats, self.max_prio
+        self.ptr, self.size = (self.ptr + len(ints)) % self.cap, min(self.size + len(ints), self.cap)
+        self.ms = {"experience": (time.perf_counter() - ta) * 1e3}
+
+    def train(self, epoch: int, first: bool) -> None:
+        cfg = self.cfg
+        tb = time.perf_counter()
+        self.losses, self.norms, self.max_q, self.tripped = [], [], 0.0, False
+        if self.size >= cfg.learning_starts:
+            for _ in range(cfg.max_steps_per_epoch):
+                loss, norm, mq, bad = self._update(self.w, self.shape, self.support)
+                if bad:  # the guard: no further update this epoch (as inside the GPU graph)
+                    self.tripped = True
+                    break
+                self.losses.append(loss)
+                self.norms.append(norm)
+                self.max_q = max(self.max_q, mq)
+        self.ms["training"] = (time.perf_counter() - tb) * 1e3
+
+    def validate(self) -> None:
+        tc = time.perf_counter()
+        w = self.w
+        _vpos, vpnl, _ = self._backtest(self.params, w, w.val, self.shape, self.support)
+        full = np.zeros(w.n_bars)
+        full[w.val[0]:w.val[1]] = vpnl
+        self.val = K_ro.validation_stats_ref(full, w.day, w.val[0], w.val[1])
+        self.ms["validation"] = (time.perf_counter() - tc) * 1e3
+
+    def end_epoch(self, epoch: int) -> EpochStats:
+        losses, norms = self.losses, self.norms
+        return EpochStats(dict(self.ms), self.size, len(losses), float(np.mean(losses)) if losses else 0.0,
+                          float(np.mean(norms)) if norms else 0.0, self.max_q, self.tripped, self.val)
+
+    def keep(self) -> None:
+        self.best = self.params.copy()
+
+    def kept(self) -> np.ndarray:
+        return self.best
+
+    def val_pnl(self) -> np.ndarray:
+        _vpos, vpnl, _ = self._backtest(self.best, self.w, self.w.val, self.shape, self.support)
+        return np.asarray(vpnl, np.float64)
+
+    def test(self):
+        w = self.w
+        pos, pnl, greedy = self._backtest(self.best, w, w.test, self.shape, self.support)
         a, b = w.test
-        taken = greedy.reshape(-1, N_POS, 3)[a:b][np.arange(b - a), np.clip(pos + MAX_POS, 0, N_POS - 1)]
-        return FoldTrainResult(logs, best_epoch, best_score, best, pos, pnl, taken, init_ms, backend="cpu",
-                               counters={"replay_capacity": cap})
+        return pos, pnl, greedy.reshape(-1, N_POS, 3)[a:b][np.arange(b - a), np.clip(pos + MAX_POS, 0, N_POS - 1)]
+
+    def backend_name(self, test: bool) -> str:
+        return "cpu"
+
+    def counters(self) -> dict:
+        return {"replay_capacity": self.cap}

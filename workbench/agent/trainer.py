@@ -16,15 +16,14 @@ allocations and the kernels' first compilation):
   net PnL, days and drawdown, with the update statistics and the guard flag, come back in one
   readback (the epoch's only host sync besides the phase events).
 
-The epoch with the best validation Sharpe is kept; its weights backtest the test range. The guard
-(non-finite loss or grad norm, or |Q| over ``q_limit``) stops every update inside the graph at once;
-at the epoch's end the weights, target and Adam state of the epoch's start are restored and the
-event is reported.
+The epochs run in :func:`workbench.agent.loop.run_fold` (shared with the CPU backend); this class
+provides its phases. The epoch kept is chosen by :mod:`workbench.agent.selection`; its weights
+backtest the test range. The guard (non-finite loss or grad norm, or |Q| over ``q_limit``) stops every
+update inside the graph at once; at the epoch's end the loop restores the weights, target and Adam
+state of the epoch's start and the event is reported.
 """
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -42,59 +41,12 @@ from ..device import Device, HostSlot, Readback
 from ..gpu_profile import GpuProfile
 from ..markets import MarketSpec
 from .network import DeviceNetwork, NetShape, init_params
-from .selection import EpochSelector
+from .loop import EpochStats, run_fold
+from .records import EpochLog, FoldTrainResult, philox_keys  # noqa: F401 (re-exported)
 from .train_config import TrainConfig
 from .window import MAX_POS, N_POS, Window
 
 BYTES_PER_TRANSITION = 7 * 4 + 2 * 4 + 4 + 8 + 4  # stores, priority, prefix sum, owner
-
-
-@dataclass
-class EpochLog:
-    epoch: int                  # numbered from 1 (as on screen and in epochs.json)
-    epsilon: float
-    replay_size: int
-    updates: int
-    loss: float
-    grad_norm: float
-    max_abs_q: float
-    guard_tripped: bool
-    val_sharpe: float           # annualised Sharpe of daily validation PnL (252 days, rf 0), capital-free
-    val_pnl_usd: float
-    val_days: int
-    val_max_drawdown_usd: float  # of the cumulative validation PnL, per bar
-    val_bar_t: float            # t-statistic of the mean per-bar validation PnL
-    val_bars: int
-    ms: dict = field(default_factory=dict)
-
-    @classmethod
-    def from_stats(cls, epoch, eps, replay_size, updates, loss, grad_norm, max_abs_q, tripped, val, ms) -> "EpochLog":
-        """One epoch's log from the validation statistics (``cuda_kernels.rollout.VAL_*`` order)."""
-        nan = float("nan")
-        return cls(epoch, eps, replay_size, updates, loss, grad_norm, max_abs_q, tripped,
-                   nan if tripped else float(val[K_ro.VAL_DAILY_SHARPE]), float(val[K_ro.VAL_PNL]),
-                   int(val[K_ro.VAL_DAYS]), float(val[K_ro.VAL_MAX_DD]),
-                   nan if tripped else float(val[K_ro.VAL_BAR_T]), int(val[K_ro.VAL_BARS]), ms)
-
-
-@dataclass
-class FoldTrainResult:
-    epochs: list[EpochLog]
-    best_epoch: int             # the chosen epoch's number (from 1); -1: none
-    best_val_score: float       # the selection statistic of the chosen epoch (training.select_by)
-    params: np.ndarray
-    test_position: np.ndarray   # int32 [T_test]
-    test_pnl: np.ndarray        # float64 [T_test], USD
-    test_actions: np.ndarray    # int32 [T_test, 3], the greedy action taken at each bar
-    init_ms: float
-    backend: str
-    counters: dict = field(default_factory=dict)
-    val_pnl: np.ndarray = field(default_factory=lambda: np.zeros(0))  # float64 [T_val] USD, chosen weights (search)
-
-
-def philox_keys(seed: int) -> tuple[int, int]:
-    """The two 32-bit Philox key words of a run seed (both backends draw from the same streams)."""
-    return (seed * 2654435761) & 0xFFFFFFFF, (seed * 40503 + 12345) & 0xFFFFFFFF
 
 
 def _tpb(device: Device) -> int:
@@ -343,87 +295,99 @@ class DeviceTrainer:
         return graphs
 
     def train_fold(self, w: Window, on_epoch=None, test: bool = True) -> FoldTrainResult:
-        """Train on the fold; ``test=False`` (the search) never backtests the test range."""
-        d, cfg = self.device, self.cfg
-        t0 = time.perf_counter()
-        graphs = self.prepare(w)
-        st = d.stream
-        exp_graph, fin_graph = graphs["experience"], graphs["finish_rollout"]
-        upd_graph, val_graph = graphs["update"], graphs["validation"]
-        init_ms = (time.perf_counter() - t0) * 1e3
-        readback = Readback(d, {"stats": self.stats, "guard": self.guard, "val": self.val_out, "size": self.size,
-                                "bad": self.bad})
-        logs: list[EpochLog] = []
-        chooser = EpochSelector(cfg.select_by)
-        for epoch in range(cfg.epochs):
-            eps = cfg.epsilon(epoch)
-            self.eps_slot.value[0] = eps  # copied in by the experience graph's first node
-            for src, dst in ((self.params, self.snap_p), (self.target, self.snap_t), (self.m, self.snap_m),
-                             (self.v, self.snap_v)):
-                dst.copy_to_device(src, stream=st)
-            K_opt.fill_kernel[1, 32, st](self.stats, 0.0)
-            ev = [d.event().record()]
-            exp_graph.replay(self.K_hist)
-            fin_graph.replay(1)
-            ev.append(d.event().record())
-            size_now = min(self.cap, (epoch + 1) * self.profile.n_envs * cfg.rollout_steps)  # known on the host
-            updates = cfg.max_steps_per_epoch if size_now >= cfg.learning_starts else 0
-            if epoch == 0 and updates:  # the first epoch replays the three parts with events between them
-                marks = []
-                for _ in range(updates):
-                    for part in graphs["update_parts"]:
-                        marks.append(d.event().record())
-                        part.replay(1)
-                marks.append(d.event().record())
-                ev.append(marks[-1])
-            else:
-                upd_graph.replay(updates)
-                ev.append(d.event().record())
-            val_graph.replay(1)
-            ev.append(d.event().record())
-            r = readback.read()  # the epoch's one host sync
-            ms = {"experience": ev[0].elapsed_ms(ev[1]), "training": ev[1].elapsed_ms(ev[2]),
-                  "validation": ev[2].elapsed_ms(ev[3])}
-            ms["init"] = init_ms if epoch == 0 else 0.0  # the fold's one-off init phase, reported once
-            ms["total"] = sum(ms.values())
-            if epoch == 0 and updates:
-                sums = [0.0, 0.0, 0.0]
-                for i in range(len(marks) - 1):
-                    sums[i % 3] += marks[i].elapsed_ms(marks[i + 1])
-                ms["training_breakdown_ms_per_update"] = {"sample": sums[0] / updates, "update": sums[1] / updates,
-                                                         "guard": sums[2] / updates}
-            stats, val = r["stats"], r["val"]
-            tripped = bool(r["guard"][0])
-            if tripped:  # restore the epoch's starting state; the guard stays off for the next epoch
-                for src, dst in ((self.snap_p, self.params), (self.snap_t, self.target), (self.snap_m, self.m),
-                                 (self.snap_v, self.v)):
-                    dst.copy_to_device(src, stream=st)
-                self.guard.copy_to_device(np.zeros(1, np.int32), stream=st)
-            n_upd = int(stats[2])
-            log = EpochLog.from_stats(epoch + 1, eps, int(r["size"][0]), n_upd, float(stats[0] / max(n_upd, 1)),
-                                      float(stats[1] / max(n_upd, 1)), float(stats[3]), tripped, val, ms)
-            logs.append(log)
-            if chooser.offer(log):
-                self.best.copy_to_device(self.params, stream=st)
-            if on_epoch:
-                on_epoch(log)
-        if chooser.best_epoch < 0:
-            self.best.copy_to_device(self.params, stream=st)
-        best_epoch, best_score = chooser.best_epoch, chooser.best_score
-        if not test:
-            return FoldTrainResult(logs, best_epoch, best_score, self.best.copy_to_host(), np.zeros(0, np.int32),
-                                   np.zeros(0), np.zeros((0, 3), np.int32), init_ms, backend="gpu",
-                                   val_pnl=self._val_pnl(w))
-        self._backtest(st, self.best, w.test, self.test_range)
+        """Train on the fold (the shared epoch loop, :func:`workbench.agent.loop.run_fold`); ``test=False``
+        (the search) never backtests the test range."""
+        return run_fold(self, self.cfg, w, on_epoch, test)
+
+    # ---------------------------------------------------------------- the phases run_fold drives
+    def setup(self, w: Window) -> None:
+        self.w = w
+        self.graphs = self.prepare(w)
+        self.readback = Readback(self.device, {"stats": self.stats, "guard": self.guard, "val": self.val_out,
+                                               "size": self.size, "bad": self.bad})
+
+    def snapshot(self) -> None:
+        st = self.device.stream
+        for src, dst in ((self.params, self.snap_p), (self.target, self.snap_t), (self.m, self.snap_m),
+                         (self.v, self.snap_v)):
+            dst.copy_to_device(src, stream=st)
+        K_opt.fill_kernel[1, 32, st](self.stats, 0.0)
+
+    def restore(self) -> None:
+        st = self.device.stream
+        for src, dst in ((self.snap_p, self.params), (self.snap_t, self.target), (self.snap_m, self.m),
+                         (self.snap_v, self.v)):
+            dst.copy_to_device(src, stream=st)
+        self.guard.copy_to_device(np.zeros(1, np.int32), stream=st)
+
+    def experience(self, eps: float) -> None:
+        self.eps_slot.value[0] = eps  # copied in by the experience graph's first node
+        self.ev = [self.device.event().record()]
+        self.graphs["experience"].replay(self.K_hist)
+        self.graphs["finish_rollout"].replay(1)
+        self.ev.append(self.device.event().record())
+
+    def train(self, epoch: int, first: bool) -> None:
+        cfg, d = self.cfg, self.device
+        size_now = min(self.cap, (epoch + 1) * self.profile.n_envs * cfg.rollout_steps)  # known on the host
+        self.updates = cfg.max_steps_per_epoch if size_now >= cfg.learning_starts else 0
+        self.marks = []
+        if first and self.updates:  # the first epoch replays the three parts with events between them
+            for _ in range(self.updates):
+                for part in self.graphs["update_parts"]:
+                    self.marks.append(d.event().record())
+                    part.replay(1)
+            self.marks.append(d.event().record())
+            self.ev.append(self.marks[-1])
+        else:
+            self.graphs["update"].replay(self.updates)
+            self.ev.append(d.event().record())
+
+    def validate(self) -> None:
+        self.graphs["validation"].replay(1)
+        self.ev.append(self.device.event().record())
+
+    def end_epoch(self, epoch: int) -> EpochStats:
+        r = self.last = self.readback.read()  # the epoch's one host sync
+        ev = self.ev
+        ms = {"experience": ev[0].elapsed_ms(ev[1]), "training": ev[1].elapsed_ms(ev[2]),
+              "validation": ev[2].elapsed_ms(ev[3])}
+        extra = {}
+        if self.marks:
+            sums = [0.0, 0.0, 0.0]
+            for i in range(len(self.marks) - 1):
+                sums[i % 3] += self.marks[i].elapsed_ms(self.marks[i + 1])
+            u = self.updates
+            extra["training_breakdown_ms_per_update"] = {"sample": sums[0] / u, "update": sums[1] / u, "guard": sums[2] / u}
+        stats = r["stats"]
+        n_upd = int(stats[2])
+        return EpochStats(ms, int(r["size"][0]), n_upd, float(stats[0] / max(n_upd, 1)), float(stats[1] / max(n_upd, 1)),
+                          float(stats[3]), bool(r["guard"][0]), r["val"], extra)
+
+    def keep(self) -> None:
+        self.best.copy_to_device(self.params, stream=self.device.stream)
+
+    def kept(self) -> np.ndarray:
+        return self.best.copy_to_host()
+
+    def val_pnl(self) -> np.ndarray:
+        return self._val_pnl(self.w)
+
+    def test(self):
+        d, w = self.device, self.w
+        self._backtest(d.stream, self.best, w.test, self.test_range)
         d.synchronize()
         a, b = w.test
         pos = self.bt_pos.copy_to_host()[a:b]  # fold end: the per-bar test arrays come back once
         pnl = self.bt_pnl.copy_to_host()[a:b]
         greedy = self.greedy.copy_to_host().reshape(-1, N_POS, 3)[a:b]
-        taken = greedy[np.arange(b - a), np.clip(pos + MAX_POS, 0, N_POS - 1)]
-        return FoldTrainResult(logs, best_epoch, best_score, self.best.copy_to_host(), pos, pnl, taken, init_ms,
-                               backend=f"gpu:{d.info.name}:{getattr(self.gemm, 'name', 'gemm')}",
-                               counters={"replay_capacity": self.cap, "bad_priority_indices": int(r["bad"][0])})
+        return pos, pnl, greedy[np.arange(b - a), np.clip(pos + MAX_POS, 0, N_POS - 1)]
+
+    def backend_name(self, test: bool) -> str:
+        return f"gpu:{self.device.info.name}:{getattr(self.gemm, 'name', 'gemm')}" if test else "gpu"
+
+    def counters(self) -> dict:
+        return {"replay_capacity": self.cap, "bad_priority_indices": int(self.last["bad"][0])}
 
     def _val_pnl(self, w: Window) -> np.ndarray:
         """Per-bar validation PnL (USD) of the chosen weights: the search's overfitting statistics read it."""
