@@ -132,7 +132,7 @@ def guard_kernel(loss, is_w, B, q, n_q, q_limit, clip, guard, stats):
         if bad:
             guard[0] = 1
         elif guard[0] == 0:
-            stats[0] += mean_loss
+            stats[0] += mean_loss  # slots: cuda_kernels.slots.UpdateStats
             stats[1] += clip[0]
             stats[2] += 1.0
             stats[3] = max(stats[3], s_q[0])

@@ -104,7 +104,7 @@ def rollout_to_transitions_kernel(t_hist, pos_hist, act_hist, rew_hist, done_his
     if not terminal and end_k - k + 1 < nstep:
         count[j] = 0
         return
-    int_out[j, 0] = int32(t_hist[e, k])
+    int_out[j, 0] = int32(t_hist[e, k])  # columns: cuda_kernels.slots.ReplayInt / ReplayFloat
     int_out[j, 1] = pos_hist[e, k]
     int_out[j, 2] = act_hist[e, k, 0]
     int_out[j, 3] = act_hist[e, k, 1]

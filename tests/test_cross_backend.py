@@ -3,6 +3,7 @@ same Philox streams -> the same batch, loss, gradients and updated weights over 
 from __future__ import annotations
 
 import numpy as np
+from cuda_kernels.slots import RF
 import pytest
 
 from workbench.agent.cpu_trainer import CpuTrainer
@@ -38,7 +39,7 @@ def test_update_steps_agree(bars):
     assert size == prof.n_envs * cfg.rollout_steps
     cpu.int_store, cpu.float_store = gpu.int_store.copy_to_host(), gpu.float_store.copy_to_host()
     cpu.prio, cpu.size, cpu.step, cpu.max_prio = gpu.prio.copy_to_host(), size, 0, 1.0
-    assert (cpu.prio[:size] == 1.0).all() and cpu.float_store[:size, 1].max() <= 1.0
+    assert (cpu.prio[:size] == 1.0).all() and cpu.float_store[:size, RF.TERMINAL].max() <= 1.0
     for step in range(2):
         graphs["update"].replay(1)
         _, _, _, tripped = cpu._update(w, shape, support)

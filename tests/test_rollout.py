@@ -145,3 +145,10 @@ def test_episodes_stay_inside_a_training_range_shorter_than_episode_len(bars):
     cpu.t, cpu.end, cpu.pos, cpu.env_step = np.full(N, -1, np.int64), np.full(N, -1, np.int64), np.ones(N, np.int64), 5
     cpu._reset(np.ones(N, np.float32), w)
     assert (cpu.t >= w.train[0]).all() and (cpu.end <= w.train[1]).all() and (cpu.end - cpu.t == 59).all()
+
+
+def test_named_slots_cover_the_buffers_the_kernels_write():
+    from cuda_kernels.slots import RF, RI, STAT
+
+    assert tuple(RI) == tuple(range(R.N_INT)) and tuple(RF) == tuple(range(R.N_FLOAT))
+    assert tuple(STAT) == (0, 1, 2, 3)  # guard_kernel's float32[4] statistics

@@ -19,6 +19,7 @@ from cuda_kernels import rollout as K_ro
 from cuda_kernels.env import step_bar_cpu
 from cuda_kernels.nb import cached_njit
 from cuda_kernels.philox import uniforms4_ref
+from cuda_kernels.slots import RF, RI
 
 from ..gpu_profile import GpuProfile
 from ..markets import MarketSpec
@@ -120,11 +121,13 @@ class CpuTrainer:
         size = self.size
         idx, isw = K_per.per_sample_ref(self.prio, size, B, cfg.per_beta, self.k0, self.k1, self.step)
         ints, floats = self.int_store[idx], self.float_store[idx]
-        s, s2 = self._obs(w.features, ints[:, 0], ints[:, 1]), self._obs(w.features, ints[:, 5], ints[:, 6])
+        s = self._obs(w.features, ints[:, RI.T], ints[:, RI.POS])
+        s2 = self._obs(w.features, ints[:, RI.T_NEXT], ints[:, RI.POS_NEXT])
         a_s = forward_ref(self.params, s, shape, support)
         a_s2 = forward_ref(self.params, s2, shape, support)
         t_s2 = forward_ref(self.target, s2, shape, support)
-        dhead, loss = K_c51.c51_loss_ref(a_s["logp"], a_s2["q"], t_s2["logp"], ints[:, 2:5], floats[:, 0], floats[:, 1],
+        dhead, loss = K_c51.c51_loss_ref(a_s["logp"], a_s2["q"], t_s2["logp"], ints[:, RI.DIR:RI.EXEC + 1], floats[:, RF.RETURN],
+                                         floats[:, RF.TERMINAL],
                                          cfg.gamma ** cfg.n_step, cfg.v_min, cfg.v_max, shape.atoms, isw,
                                          list(shape.branch_sizes), 1.0 / B)
         grads = backward_ref(self.params, s, a_s, dhead, shape).astype(np.float32)

@@ -36,6 +36,7 @@ from cuda_kernels import per as K_per
 from cuda_kernels import rollout as K_ro
 from cuda_kernels import scan as K_scan
 from cuda_kernels.nb import cuda
+from cuda_kernels.slots import STAT
 
 from ..device import Device, HostSlot, Readback
 from ..gpu_profile import GpuProfile
@@ -360,9 +361,10 @@ class DeviceTrainer:
             u = self.updates
             extra["training_breakdown_ms_per_update"] = {"sample": sums[0] / u, "update": sums[1] / u, "guard": sums[2] / u}
         stats = r["stats"]
-        n_upd = int(stats[2])
-        return EpochStats(ms, int(r["size"][0]), n_upd, float(stats[0] / max(n_upd, 1)), float(stats[1] / max(n_upd, 1)),
-                          float(stats[3]), bool(r["guard"][0]), r["val"], extra)
+        n_upd = int(stats[STAT.UPDATES])
+        return EpochStats(ms, int(r["size"][0]), n_upd, float(stats[STAT.LOSS_SUM] / max(n_upd, 1)),
+                          float(stats[STAT.NORM_SUM] / max(n_upd, 1)), float(stats[STAT.MAX_ABS_Q]),
+                          bool(r["guard"][0]), r["val"], extra)
 
     def keep(self) -> None:
         self.best.copy_to_device(self.params, stream=self.device.stream)
