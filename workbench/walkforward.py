@@ -122,10 +122,10 @@ def _run(args, overrides: list[str], run_dir: RunDir | None) -> int:
     print_notes(bars.report.lines())  # before the features and folds, which may refuse short data
     prepared = wf.prepare(bars)
     print_notes(prepared.notes()[-2:])  # the split sizes and the account
+    made = None
     if run_dir is None:
         out = args.out or f"runs/{dt.datetime.now():%Y%m%d-%H%M%S}-{cfg.strategy.name}"
-        run_dir = RunDir(out, force=args.force)
-        args.run_dir_made = run_dir  # closed by run()'s caller path below
+        run_dir = made = RunDir(out, force=args.force)  # locked until the finally below
     if run_dir.took_over:
         print_notes([("warning", f"took over the lock of PID {run_dir.took_over}, which is no longer running")])
     args.resume_hint = f"python -m workbench.walkforward {args.data} --resume {run_dir.path}"
@@ -137,8 +137,8 @@ def _run(args, overrides: list[str], run_dir: RunDir | None) -> int:
         if progress is not None:
             progress.close()  # a live dashboard restores the terminal before anything else is printed
         executor.close()
-        if getattr(args, "run_dir_made", None) is not None:
-            args.run_dir_made.close()
+        if made is not None:
+            made.close()
     if args.json:
         print(dumps({"run_dir": str(run_dir.path), "strategy": result.strategy, "account": prepared.account.describe(),
                      "annualization": M.ANNUALIZATION_NOTE, "stitched_oos": result.metrics,
