@@ -65,7 +65,7 @@ def _fit_items(info: dict, width: int) -> str:
     return out
 
 
-def _duration(seconds: float) -> str:
+def duration_text(seconds: float) -> str:
     s = int(max(seconds, 0) + 0.5)
     return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
 
@@ -93,8 +93,8 @@ class Eta:
         total, done = ((self.n_folds * self.n_epochs, self.epochs_done) if self.n_epochs
                        else (self.n_folds, self.folds_done))
         if not done or done >= total:
-            return f"{_duration(elapsed)} elapsed"
-        return f"{_duration(elapsed)} elapsed, ETA {_duration(elapsed / done * (total - done))}"
+            return f"{duration_text(elapsed)} elapsed"
+        return f"{duration_text(elapsed)} elapsed, ETA {duration_text(elapsed / done * (total - done))}"
 
 
 def _fmt(v, spec: str) -> str:

@@ -137,18 +137,18 @@ def _expiry_keys(df: pd.DataFrame) -> tuple[dict[int, int], str]:
 
 
 def _market(df: pd.DataFrame, root: str, how: str, market: str, terms: dict | None) -> tuple[MarketSpec, str]:
-    prices = df[["open", "high", "low", "close"]].to_numpy().ravel()
+    prices = lambda: df[["open", "high", "low", "close"]].to_numpy().ravel()  # noqa: E731 (generic spec only)
     label = f"({root})" if root else ""
     if market == "auto":
         spec = match_root(root) if root else None
         if spec is not None:
             why = f"{spec.name} ({spec.description}) for product {root} ({how})"
         else:
-            spec, note = generic_spec(prices, label)
+            spec, note = generic_spec(prices(), label)
             what = f"no futures spec for product '{root}' ({how})" if root else f"no product known ({how})"
             why = f"GENERIC, {what}: {note}"
     elif market.lower() == "generic":
-        spec, note = generic_spec(prices, label)
+        spec, note = generic_spec(prices(), label)
         why = f"GENERIC, from data.market 'generic': {note}"
     else:
         spec = load_market(market)

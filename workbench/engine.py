@@ -46,8 +46,12 @@ class Prepared(NamedTuple):
 
     def notes(self) -> list[tuple[str, str]]:
         """(level, line) for stderr: what was read, the market and why, one line per kind of warning, the
-        split sizes."""
-        return [*self.bars.report.lines(), ("splits", self.folds.attrs.get("sizing", f"{len(self.folds)} folds")),
+        split sizes and the account."""
+        return [*self.bars.report.lines(), *self.run_notes()]
+
+    def run_notes(self) -> list[tuple[str, str]]:
+        """The lines of what preparing added to the bars' own: the split sizes and the account."""
+        return [("splits", self.folds.attrs.get("sizing", f"{len(self.folds)} folds")),
                 ("account", self.account.describe())]
 
 

@@ -191,20 +191,22 @@ def infer_tick(prices: np.ndarray) -> tuple[float, bool]:
             q = m * 10.0 ** e
             if q > med * 0.01 or q < med * 1e-6:
                 continue
-            x = p / q
-            if np.mean(np.abs(x - np.round(x)) < 1e-3) >= TICK_FIT_SHARE:
+            if _on_grid_share(p, q) >= TICK_FIT_SHARE:
                 return float(f"{q:.12g}"), True
     return 10.0 ** (math.floor(math.log10(med)) - 4), False
+
+
+def _on_grid_share(p: np.ndarray, tick: float) -> float:
+    """Share of the prices ``p`` that are a multiple of ``tick`` (to a thousandth of a tick)."""
+    x = p / tick
+    return float(np.mean(np.abs(x - np.round(x)) < 1e-3))
 
 
 def off_grid_share(prices: np.ndarray, tick: float) -> float:
     """Share of the distinct prices that are not a multiple of ``tick``."""
     p = np.unique(np.asarray(prices, dtype=np.float64))
     p = p[np.isfinite(p)]
-    if len(p) == 0:
-        return 0.0
-    x = p / tick
-    return float(np.mean(np.abs(x - np.round(x)) > 1e-3))
+    return 1.0 - _on_grid_share(p, tick) if len(p) else 0.0
 
 
 def generic_spec(prices: np.ndarray, label: str = "") -> tuple[MarketSpec, str]:

@@ -117,14 +117,14 @@ def bar_interval(ts: np.ndarray) -> str:
     return f"{step}"
 
 
-def auto_sizes(n: int, warmup: int, purge: int, embargo: int) -> tuple[int, int, int, int]:
-    """(train, val, test, folds that fit) by the ``auto`` rule; DataError when not one fold fits."""
+def auto_sizes(n: int, warmup: int, purge: int, embargo: int) -> tuple[int, int, int]:
+    """(train, val, test) bars by the ``auto`` rule; DataError when not one fold fits."""
     a, b, c = AUTO_RATIO
     avail = n - warmup - 2 * purge
     for k in range(AUTO_FOLDS, 0, -1):
         unit = min(AUTO_MAX_UNIT, (avail - (k - 1) * embargo) // (a + b + c + c * (k - 1)))
         if unit * a >= AUTO_MIN_TRAIN and unit * min(b, c) >= AUTO_MIN_EVAL:
-            return unit * a, unit * b, unit * c, k
+            return unit * a, unit * b, unit * c
     need = warmup + AUTO_MIN_TRAIN + 2 * purge + 2 * AUTO_MIN_EVAL
     raise DataError(f"data too short for one fold: {n:,} bars; the minimum with these features is {need:,} bars "
                     f"(warm-up {warmup}, train >= {AUTO_MIN_TRAIN}, purge {purge}, val >= {AUTO_MIN_EVAL}, purge {purge}, "
@@ -138,7 +138,7 @@ def resolve_sizes(ts: np.ndarray, cfg: SplitConfig, purge: int, warmup: int, max
         return (*sizes, "as set")
     given = next(((i, s) for i, s in enumerate(sizes) if s is not None), None)
     if given is None:
-        train, val, test, k = auto_sizes(len(ts), max(warmup, max_lookback), purge, cfg.embargo)
+        train, val, test = auto_sizes(len(ts), max(warmup, max_lookback), purge, cfg.embargo)
         return train, val, test, f"auto: {len(ts):,} {bar_interval(ts)} bars, up to {AUTO_FOLDS} folds at 10:3:3"
     i, s = given
     out = [sz if sz is not None else _scaled(s, AUTO_RATIO[j] / AUTO_RATIO[i]) for j, sz in enumerate(sizes)]

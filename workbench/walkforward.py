@@ -121,7 +121,7 @@ def _run(args, overrides: list[str], run_dir: RunDir | None) -> int:
     bars = bars_for(args.data, cfg)
     print_notes(bars.report.lines())  # before the features and folds, which may refuse short data
     prepared = wf.prepare(bars)
-    print_notes(prepared.notes()[-2:])  # the split sizes and the account
+    print_notes(prepared.run_notes())  # the split sizes and the account
     made = None
     if run_dir is None:
         out = args.out or f"runs/{dt.datetime.now():%Y%m%d-%H%M%S}-{cfg.strategy.name}"

@@ -30,8 +30,8 @@ from ..engine import WalkForward
 from ..errors import UsageError
 from ..resume import check_config
 from ..rundir import RunDir
-from ..dashboard import _duration, table_of
-from .bounds import GPU_KEYS, TRAINING_KEYS, HyperoptProfile
+from ..dashboard import duration_text, table_of
+from .bounds import TRAINING_KEYS, HyperoptProfile
 from .search import Search, candidate_config
 
 
@@ -52,9 +52,9 @@ class TrialProgress:
         elapsed = now - self.t0
         left = self.total - self.already - done
         if not done or left <= 0:
-            return f"{_duration(elapsed)} elapsed"
+            return f"{duration_text(elapsed)} elapsed"
         per_trial = (self.t_last - self.t0) / done  # the running trial's time so far counts against it
-        return f"{_duration(elapsed)} elapsed, ETA {_duration(per_trial * left - (now - self.t_last))}"
+        return f"{duration_text(elapsed)} elapsed, ETA {duration_text(per_trial * left - (now - self.t_last))}"
 
     def epoch(self, trial: int, fold: int, n_folds: int, log, n_epochs: int) -> None:
         """An epoch of the running trial (in-process trials only; workers report whole trials)."""
@@ -129,9 +129,7 @@ def run(args) -> int:
     if not gpu_available() or base.device == "cpu":
         budget = {k: v for k, v in CPU_BUDGET.items() if k not in user_fixed and k in profile.names}
         if budget:  # the CPU backend: a budget that finishes a smoke search in minutes, said so
-            base = load_config(args.config, overrides + [f"{'gpu' if k in GPU_KEYS else 'training'}.{k}={v}"
-                                                         for k, v in budget.items()])
-            base = dataclasses.replace(base, strategy=dataclasses.replace(base.strategy, name="dqn"))
+            base = candidate_config(base, budget)  # applied as a trial's values would be
             profile.fix(budget)
             print_notes([("search", "no GPU: CPU budget, these are fixed and not searched: "
                                     + ", ".join(f"{k}={v or 'cpu profile'}" for k, v in budget.items())
