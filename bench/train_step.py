@@ -53,8 +53,8 @@ def ours(math: str, steps: int, rows: list):
     tr = DeviceTrainer(device, make_gemm(device, "cublas", math), prof, cfg, load_market("es"), 100_000.0, seed=1)
     w = _window()
     g = tr.prepare(w)
-    g["experience"].replay(tr.K_hist)  # 4096 envs x 256 steps = 1M transitions: a full ring
-    g["finish_rollout"].replay(1)
+    g.experience.replay(tr.state.rollout.steps)  # 4096 envs x 256 steps = 1M transitions: a full ring
+    g.finish_rollout.replay(1)
     device.synchronize()
 
     def time_it(fn):
@@ -68,13 +68,13 @@ def ours(math: str, steps: int, rows: list):
             out.append(a.elapsed_ms(b) / steps)
         return statistics.median(out)
 
-    graph_ms = time_it(lambda: g["update"].replay(steps))
-    eager_ms = time_it(lambda: [tr._update(device.stream) for _ in range(steps)])
+    graph_ms = time_it(lambda: g.update.replay(steps))
+    eager_ms = time_it(lambda: [tr.enqueue_update(device.stream) for _ in range(steps)])
     if math == "fp32":
         breakdown(tr, device, rows)
-    rows.append((f"ours, graph replay, cuBLAS {math}", graph_ms, g["update"].n_nodes))
-    rows.append((f"ours, eager Numba launches, cuBLAS {math}", eager_ms, g["update"].n_nodes))
-    rb = tr.size.copy_to_host()[0]
+    rows.append((f"ours, graph replay, cuBLAS {math}", graph_ms, g.update.n_nodes))
+    rows.append((f"ours, eager Numba launches, cuBLAS {math}", eager_ms, g.update.n_nodes))
+    rb = tr.state.replay.size.copy_to_host()[0]
     assert rb == CAP, rb
     return tr
 
@@ -106,7 +106,7 @@ def breakdown(tr, device, rows, reps: int = 20):
     nb.Kernel.__getitem__, type(tr.gemm).gemm = getitem, gemm
     try:
         for _ in range(reps):
-            tr._update(device.stream)
+            tr.enqueue_update(device.stream)
         device.synchronize()
     finally:
         nb.Kernel.__getitem__, type(tr.gemm).gemm = orig_getitem, orig_gemm

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from .nb import cuda, kernel, float32, int32, int64, uint32, void
-from .philox import uniform4_dev
+from .philox import uniform4_dev, uniforms4_ref
 
 TAG_ACTION = 0x4143
 
@@ -100,3 +100,14 @@ def q_stats_ref(q: np.ndarray, branch_sizes) -> np.ndarray:
         gv.append(q[:, off:off + n].max(axis=1))
         off += n
     return np.array([q.mean(), q.max(), q.min(), np.mean(gv)], np.float32)
+
+
+def eps_greedy_ref(q: np.ndarray, eps: float, step: int, k0: int, k1: int, branch_sizes) -> np.ndarray:
+    """NumPy twin of ``eps_greedy_kernel`` (the CPU backend's action choice): the same Philox draws."""
+    N = q.shape[0]
+    out = greedy_ref(q, list(branch_sizes))
+    for br, n in enumerate(branch_sizes):
+        u = uniforms4_ref(N, step, TAG_ACTION + br, k0, k1)
+        explore = u[:, 0] < np.float32(eps)
+        out[explore, br] = np.clip((u[explore, 1] * n).astype(np.int32), 0, n - 1)
+    return out

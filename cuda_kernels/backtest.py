@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .env import step_bar_dev
-from .nb import cuda, float32, float64, int8, int32, int64, kernel, void
+from .env import step_bar_cpu, step_bar_dev
+from .nb import cached_njit, cuda, device_function, float32, float64, int8, int32, int64, kernel, void
 
 
 @kernel(void(float32[:, ::1], int64, int64, int64, float32[:, ::1]))
@@ -27,6 +27,30 @@ def enumerate_positions_kernel(features, T, F, P, obs):
             obs[row, col] = 1.0 if col - F == p else 0.0
 
 
+def _make_walk_range(step_bar):
+    def walk_range(open_, high, low, close, roll, greedy, a, b, P, max_pos, pv, tick, slip_ticks, comm, bps, position,
+                   pnl):
+        """Walk bars [a, b) flat-started with the greedy table (one range of the kernel below)."""
+        pos = 0
+        position[a] = 0
+        pnl[a] = 0.0
+        for t in range(a, b - 1):
+            row = t * P + min(max(pos + max_pos, 0), P - 1)
+            pos, v = step_bar(open_, high, low, close, roll, t, pos, greedy[row, 0], greedy[row, 1], greedy[row, 2],
+                              t + 1 == b - 1, pv, tick, slip_ticks, comm, bps)
+            position[t + 1] = pos
+            pnl[t + 1] = v
+
+    return walk_range
+
+
+# One source: the kernel's per-range body and the CPU backend's backtest.
+walk_range_dev = device_function(_make_walk_range(step_bar_dev))
+greedy_backtest_cpu = cached_njit(_make_walk_range(step_bar_cpu))
+greedy_backtest_cpu.__doc__ = """CPU twin of ``greedy_backtest_kernel`` for one range [a, b): same arguments as one
+range of the kernel, position and pnl written in place over [a, b)."""
+
+
 @kernel(void(float64[::1], float64[::1], float64[::1], float64[::1], int8[::1], int32[:, ::1], int64[::1], int64[::1],
              int64, int64, float64, float64, float64, float64, float64, int32[::1], float64[::1], int64))
 def greedy_backtest_kernel(open_, high, low, close, roll, greedy, starts, stops, P, max_pos, pv, tick, slip_ticks,
@@ -38,16 +62,8 @@ def greedy_backtest_kernel(open_, high, low, close, roll, greedy, starts, stops,
     r = cuda.grid(1)
     if r >= n_ranges:
         return
-    a, b = starts[r], stops[r]
-    pos = 0
-    position[a] = 0
-    pnl[a] = 0.0
-    for t in range(a, b - 1):
-        row = t * P + min(max(pos + max_pos, 0), P - 1)
-        pos, v = step_bar_dev(open_, high, low, close, roll, t, pos, greedy[row, 0], greedy[row, 1], greedy[row, 2],
-                              t + 1 == b - 1, pv, tick, slip_ticks, comm, bps)
-        position[t + 1] = pos
-        pnl[t + 1] = v
+    walk_range_dev(open_, high, low, close, roll, greedy, starts[r], stops[r], P, max_pos, pv, tick, slip_ticks, comm,
+                   bps, position, pnl)
 
 
 def enumerate_positions_ref(features: np.ndarray, P: int) -> np.ndarray:

@@ -12,6 +12,8 @@ position is liquidated at its close with slippage and commission. ``reward = pnl
 """
 from __future__ import annotations
 
+import numpy as np
+
 from .nb import cached_njit, cuda, device_function, float32, float64, int8, int32, int64, kernel, void
 
 EXEC_MARKET, EXEC_PASSIVE, EXEC_KEEP = 0, 1, 2
@@ -115,6 +117,27 @@ liquidation_cost_cpu = cached_njit(liquidation_cost)
 step_bar_cpu = cached_njit(_make_step_bar(fill_bar_cpu, liquidation_cost_cpu))
 
 
+def _make_env_step_one(step_bar):
+    def env_step_one(open_, high, low, close, roll, t_arr, end_arr, pos_arr, actions, e, pv, tick, slip_ticks, comm,
+                     bps):
+        """Env e takes its action at bar t_arr[e] and moves to the next bar; returns (net USD PnL of that
+        bar, whether it ended the episode)."""
+        t = t_arr[e]
+        finished = t + 1 >= end_arr[e] - 1
+        pos, pnl = step_bar(open_, high, low, close, roll, t, pos_arr[e], actions[e, 0], actions[e, 1],
+                            actions[e, 2], finished, pv, tick, slip_ticks, comm, bps)
+        pos_arr[e] = pos
+        t_arr[e] = t + 1
+        return pnl, finished
+
+    return env_step_one
+
+
+# One source for an env's step too: the kernel's thread body and the CPU backend's loop body.
+env_step_one_dev = device_function(_make_env_step_one(step_bar_dev))
+env_step_one_cpu = cached_njit(_make_env_step_one(step_bar_cpu))
+
+
 @kernel(void(float64[::1], float64[::1], float64[::1], float64[::1], int8[::1], int64[::1], int64[::1], int32[::1],
              int32[:, ::1], float64, float64, float64, float64, float64, float32, float32[::1], float32[::1],
              float64[::1], int64))
@@ -125,15 +148,26 @@ def env_step_kernel(open_, high, low, close, roll, t_arr, end_arr, pos_arr, acti
     e = cuda.grid(1)
     if e >= N:
         return
-    t = t_arr[e]
-    finished = t + 1 >= end_arr[e] - 1
-    pos, pnl = step_bar_dev(open_, high, low, close, roll, t, pos_arr[e], actions[e, 0], actions[e, 1],
-                            actions[e, 2], finished, pv, tick, slip_ticks, comm, bps)
-    pos_arr[e] = pos
-    t_arr[e] = t + 1
+    pnl, finished = env_step_one_dev(open_, high, low, close, roll, t_arr, end_arr, pos_arr, actions, e, pv, tick,
+                                     slip_ticks, comm, bps)
     pnl_out[e] = pnl
     reward[e] = float32(pnl) * reward_scale
     done[e] = 1.0 if finished else 0.0
+
+
+@cached_njit
+def env_step_cpu(open_, high, low, close, roll, t_arr, end_arr, pos_arr, actions, pv, tick, slip_ticks, comm, bps,
+                 reward_scale):  # pragma: no cover (compiled)
+    """CPU twin of ``env_step_kernel`` (the CPU backend): returns (reward, done) float32 [N]."""
+    N = t_arr.shape[0]
+    reward = np.zeros(N, np.float32)
+    done = np.zeros(N, np.float32)
+    for e in range(N):
+        pnl, finished = env_step_one_cpu(open_, high, low, close, roll, t_arr, end_arr, pos_arr, actions, e, pv, tick,
+                                         slip_ticks, comm, bps)
+        reward[e] = np.float32(pnl) * reward_scale
+        done[e] = 1.0 if finished else 0.0
+    return reward, done
 
 
 def action_to_order_ref(action, pos: int, close_t: float, tick: float):

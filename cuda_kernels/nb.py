@@ -102,6 +102,14 @@ class Kernel:
     def __getitem__(self, launch_config):
         return self.dispatcher[launch_config]
 
+    def load(self) -> None:
+        """Compile (or read from the on-disk cache) and load into the current context, without a launch:
+        a graph captured afterwards holds the loaded function, and nothing ran that must be undone."""
+        if SIMULATOR:
+            return
+        for overload in self.dispatcher.overloads.values():
+            overload.bind()
+
     def compile_ptx(self, cc=(9, 0)) -> str:
         ptx, _ = cuda.compile_ptx(self.py_func, self.signature, cc=cc)
         return ptx
@@ -119,6 +127,14 @@ def kernel(signature):
         return k
 
     return wrap
+
+
+def load_kernels(kernels=None) -> int:
+    """Load ``kernels`` (every declared kernel by default) into the current context; returns how many."""
+    todo = KERNELS if kernels is None else kernels
+    for k in todo:
+        k.load()
+    return len(todo)
 
 
 def device_function(fn):

@@ -13,7 +13,7 @@ import math
 import numpy as np
 
 from .nb import cuda, float32, float64, int32, int64, uint32, void, kernel
-from .philox import uniform4_dev
+from .philox import uniform4_dev, uniforms4_ref
 
 TAG_RESET = 0x5253
 N_INT, N_FLOAT = 7, 2
@@ -227,6 +227,42 @@ def rollout_to_transitions_ref(t_hist, pos_hist, act_hist, rew_hist, done_hist, 
                 rows[e * K_emit + k] = ((t_hist[e, k], pos_hist[e, k], *act_hist[e, k], t_hist[e, end_k + 1],
                                     pos_hist[e, end_k + 1]), (R, 1.0 if term else 0.0))
     return rows
+
+
+def env_reset_ref(t, end, pos, done, lo, hi, episode_len, k0, k1, step) -> None:
+    """NumPy twin of ``env_reset_kernel`` (in place; the CPU backend's resets): the same Philox draws."""
+    idx = np.flatnonzero(done != 0)
+    if len(idx):
+        u = uniforms4_ref(len(done), step, TAG_RESET, k0, k1)[idx, 0]
+        span = hi - episode_len - lo
+        start = lo + np.minimum((u.astype(np.float64) * (span + 1)).astype(np.int64), span)
+        t[idx], end[idx], pos[idx] = start, start + episode_len, 0
+        done[idx] = 0
+
+
+def rollout_to_transitions_cpu(t_hist, pos_hist, act_hist, rew_hist, done_hist, K_emit, gamma, nstep):
+    """The CPU backend's twin of ``rollout_to_transitions_kernel`` (vectorised over envs and steps) for
+    K = K_emit + n - 1, where every emitted step yields a transition: (int rows [N * K_emit, N_INT],
+    float rows [N * K_emit, N_FLOAT]) in the kernel's row order and float32 arithmetic."""
+    N = t_hist.shape[0]
+    k = np.arange(K_emit)
+    R = np.zeros((N, K_emit), np.float32)
+    g = np.float32(1.0)
+    alive = np.ones((N, K_emit), bool)
+    terminal = np.zeros((N, K_emit), bool)
+    end_k = np.broadcast_to(k, (N, K_emit)).copy()
+    for m in range(nstep):
+        kk = k + m
+        R += np.where(alive, g * rew_hist[:, kk], 0).astype(np.float32)
+        end_k = np.where(alive, kk, end_k)
+        terminal |= alive & (done_hist[:, kk] != 0)
+        alive &= done_hist[:, kk] == 0
+        g = np.float32(g * gamma)
+    e = np.repeat(np.arange(N), K_emit).reshape(N, K_emit)
+    ints = np.stack([t_hist[:, :K_emit], pos_hist[:, :K_emit], act_hist[:, :K_emit, 0], act_hist[:, :K_emit, 1],
+                     act_hist[:, :K_emit, 2], t_hist[e, end_k + 1], pos_hist[e, end_k + 1]], axis=-1)
+    floats = np.stack([R, terminal.astype(np.float32)], -1)
+    return ints.reshape(N * K_emit, N_INT).astype(np.int32), floats.reshape(N * K_emit, N_FLOAT)
 
 
 def validation_stats_ref(pnl, day, start, stop):

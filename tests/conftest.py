@@ -5,6 +5,13 @@ import os
 # Kernels run in Numba's CUDA simulator unless a real GPU is there (this must precede any Numba import).
 if "NUMBA_ENABLE_CUDASIM" not in os.environ and not os.path.exists("/dev/nvidia0"):
     os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
+if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
+    # The simulator runs a block's threads as Python threads and polls them at every syncthreads; with
+    # the default 5 ms GIL switch interval the polling thread starves them (a block with barriers costs
+    # ~0.8 s). A 50 us interval hands the GIL over sooner: 4-6x faster barrier-heavy kernels, same results.
+    import sys
+
+    sys.setswitchinterval(5e-5)
 from pathlib import Path
 
 import numpy as np

@@ -142,9 +142,14 @@ def test_episodes_stay_inside_a_training_range_shorter_than_episode_len(bars):
     assert (starts >= w.train[0]).all() and (ends <= w.train[1]).all() and (ends - starts == 59).all()
     cpu = CpuTrainer(GpuProfile(hidden=8, atoms=5, batch=8, n_envs=N), TrainConfig(episode_len=1024), bars.market,
                      100_000.0, seed=3)
-    cpu.t, cpu.end, cpu.pos, cpu.env_step = np.full(N, -1, np.int64), np.full(N, -1, np.int64), np.ones(N, np.int64), 5
-    cpu._reset(np.ones(N, np.float32), w)
-    assert (cpu.t >= w.train[0]).all() and (cpu.end <= w.train[1]).all() and (cpu.end - cpu.t == 59).all()
+    cpu.setup(w)  # resets every env once
+    e = cpu.envs
+    assert (e.t >= w.train[0]).all() and (e.end <= w.train[1]).all() and (e.end - e.t == 59).all()
+    e.t[:], e.end[:], e.pos[:], e.step = -1, -1, 1, 5
+    cpu.k0, cpu.k1 = 3, 4  # the kernel's keys above
+    cpu._reset(np.ones(N, np.float32))
+    assert (e.t >= w.train[0]).all() and (e.end <= w.train[1]).all() and (e.end - e.t == 59).all()
+    assert np.array_equal(e.t, starts) and np.array_equal(e.end, ends)  # the kernel's draws, on the host
 
 
 def test_named_slots_cover_the_buffers_the_kernels_write():

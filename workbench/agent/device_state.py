@@ -1,0 +1,297 @@
+"""The GPU trainer's device state, named: one small NamedTuple per part, each with its allocation function.
+
+Every buffer the fold's graphs read or write is allocated here, once, before capture, and holds its
+starting value when allocated (weights from :func:`~workbench.agent.network.init_params`, Adam state
+and counters zero, every env due for a reset, every replay slot unowned, the maximum priority 1), so
+nothing launched before the first epoch has to be undone. Graphs capture device addresses: these
+buffers live as long as the trainer and are never reallocated.
+
+Counters are int64[1] device arrays that kernels advance inside the graphs (a replayed graph cannot
+take a new Python scalar): ``Learner.step`` counts updates (Adam's t, PER's Philox counter),
+``Envs.step`` env steps (exploration and reset draws), ``Rollout.k`` the history column,
+``Replay.ptr`` / ``Replay.size`` the ring's write pointer and fill.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from cuda_kernels import rollout as K_ro
+from cuda_kernels import scan as K_scan
+from cuda_kernels.nb import cuda
+
+from ..device import Device, HostSlot
+from .network import DeviceNetwork, NetShape, init_params
+from .window import N_POS, Window
+
+# bytes of replay memory per transition: both stores, priority, prefix sum, owner
+BYTES_PER_TRANSITION = K_ro.N_INT * 4 + K_ro.N_FLOAT * 4 + 4 + 8 + 4
+
+
+class Mem:
+    """Allocation on the device's stream: uploads and zero-filled arrays (never inside a capture)."""
+
+    def __init__(self, device: Device):
+        self.device, self.stream = device, device.stream
+
+    def up(self, x) -> object:
+        return cuda.to_device(np.ascontiguousarray(x), stream=self.stream)
+
+    def zeros(self, shape, dtype) -> object:
+        return cuda.to_device(np.zeros(shape, dtype), stream=self.stream)
+
+    def full(self, shape, value, dtype) -> object:
+        return cuda.to_device(np.full(shape, value, dtype), stream=self.stream)
+
+
+class WindowData(NamedTuple):
+    """The fold's bars, uploaded once and resident for every epoch."""
+
+    features: object      # float32 [T, F], normalised with the train range's statistics
+    open: object          # float64 [T] each
+    high: object
+    low: object
+    close: object
+    roll: object          # int8 [T], 1 on a new contract's first bar
+    day: object           # int32 [T], trading-day id
+    val_range: tuple      # (start, stop) as int64[1] device arrays (the backtest kernel's range arguments)
+    test_range: tuple
+
+    @property
+    def n_features(self) -> int:
+        return self.features.shape[1]
+
+
+def upload_window(mem: Mem, w: Window) -> WindowData:
+    rng = lambda r: (mem.up(np.array([r[0]], np.int64)), mem.up(np.array([r[1]], np.int64)))  # noqa: E731
+    return WindowData(mem.up(w.features), mem.up(w.open), mem.up(w.high), mem.up(w.low), mem.up(w.close),
+                      mem.up(w.roll), mem.up(w.day), rng(w.val), rng(w.test))
+
+
+class Learner(NamedTuple):
+    """Network and optimiser: flat parameter buffers (layout :class:`NetShape`), their copies, Adam state,
+    the update's scalars, and the guard."""
+
+    params: object        # float32 [n_params], the online network
+    target: object        # the target network (Polyak average of params)
+    best: object          # the weights kept for the fold (epoch selection)
+    grads: object
+    m: object             # Adam's moments
+    v: object
+    snap_params: object   # the epoch's starting params, target and Adam state (the guard's restore)
+    snap_target: object
+    snap_m: object
+    snap_v: object
+    support: object       # float32 [atoms], the C51 support
+    branch_sizes: object  # int32 [branches]
+    branch_offsets: object
+    lr: object            # float32 [1]
+    step: object          # int64 [1], updates so far
+    partials: object      # float64 [norm_blocks], the gradient norm's per-block partial sums
+    clip: object          # float32 [2], (norm, clip scale) of this update
+    guard: object         # int32 [1], 1 once a non-finite loss or |Q| over q_limit stopped the updates
+    stats: object         # float32 [4], the epoch's update statistics (cuda_kernels.slots.STAT)
+    norm_blocks: int
+
+
+def alloc_learner(mem: Mem, shape: NetShape, cfg, seed: int, norm_blocks: int) -> Learner:
+    p0 = init_params(shape, seed)
+    z = lambda: mem.zeros(shape.n_params, np.float32)  # noqa: E731
+    return Learner(params=mem.up(p0), target=mem.up(p0), best=mem.up(p0), grads=z(), m=z(), v=z(),
+                   snap_params=mem.up(p0), snap_target=mem.up(p0), snap_m=z(), snap_v=z(),
+                   support=mem.up(np.linspace(cfg.v_min, cfg.v_max, shape.atoms).astype(np.float32)),
+                   branch_sizes=mem.up(np.array(shape.branch_sizes, np.int32)),
+                   branch_offsets=mem.up(np.array(shape.branch_offsets, np.int32)),
+                   lr=mem.up(np.array([cfg.lr], np.float32)), step=mem.zeros(1, np.int64),
+                   partials=mem.zeros(norm_blocks, np.float64), clip=mem.zeros(2, np.float32),
+                   guard=mem.zeros(1, np.int32), stats=mem.zeros(4, np.float32), norm_blocks=norm_blocks)
+
+
+class Replay(NamedTuple):
+    """The prioritised replay ring: transitions as bar indices (``cuda_kernels.slots.RI`` / ``RF``)."""
+
+    int_store: object     # int32 [capacity, N_INT]
+    float_store: object   # float32 [capacity, N_FLOAT]
+    prio: object          # float32 [capacity], 0 where empty
+    cumsum: object        # float64 [capacity], the priorities' prefix sum of this update
+    tiles: object         # float64 [n_tiles], the scan's tile sums
+    ptr: object           # int64 [1], next slot written
+    size: object          # int64 [1], slots filled
+    max_prio: object      # float32 [1], priority of new transitions
+    owner: object         # int32 [capacity], -1, or the batch row writing the slot's priority
+    bad: object           # int32 [1], out-of-range indices met by the priority update
+    capacity: int
+    scan_threads: int
+
+
+def replay_capacity(device: Device, requested: int, vram_fraction: float, n_new: int) -> int:
+    """``requested`` slots, at most ``vram_fraction`` of device memory, at least two rollouts."""
+    cap = requested
+    if device.info.total_memory:
+        cap = min(cap, int(vram_fraction * device.info.total_memory / BYTES_PER_TRANSITION))
+    return max(cap, 2 * n_new)
+
+
+def alloc_replay(mem: Mem, capacity: int) -> Replay:
+    d = mem.device
+    threads = 32 if d.simulator else min(1024, d.info.max_threads_per_block)
+    return Replay(int_store=mem.zeros((capacity, K_ro.N_INT), np.int32),
+                  float_store=mem.zeros((capacity, K_ro.N_FLOAT), np.float32),
+                  prio=mem.zeros(capacity, np.float32), cumsum=mem.zeros(capacity, np.float64),
+                  tiles=mem.zeros(K_scan.n_tiles(capacity, threads), np.float64),
+                  ptr=mem.zeros(1, np.int64), size=mem.zeros(1, np.int64), max_prio=mem.full(1, 1.0, np.float32),
+                  owner=mem.full(capacity, -1, np.int32), bad=mem.zeros(1, np.int32), capacity=capacity,
+                  scan_threads=threads)
+
+
+class Envs(NamedTuple):
+    """The training envs: one bar, position and episode end each, and their step's buffers."""
+
+    t: object             # int64 [N], current bar
+    end: object           # int64 [N], episode end (exclusive)
+    pos: object           # int32 [N], contracts held (-max_pos .. max_pos)
+    done: object          # float32 [N], 1 where the env resets before its next step
+    obs: object           # float32 [N, obs_dim]
+    actions: object       # int32 [N, 3]
+    joint: object         # int32 [N]
+    reward: object        # float32 [N]
+    pnl: object           # float64 [N], USD
+    eps: object           # float32 [1], exploration rate, fed by eps_slot inside the experience graph
+    eps_slot: HostSlot
+    step: object          # int64 [1], env steps so far
+    n: int
+
+
+def alloc_envs(mem: Mem, n: int, obs_dim: int, eps: float) -> Envs:
+    eps_dev = mem.up(np.array([eps], np.float32))
+    return Envs(t=mem.zeros(n, np.int64), end=mem.zeros(n, np.int64), pos=mem.zeros(n, np.int32),
+                done=mem.full(n, 1.0, np.float32), obs=mem.zeros((n, obs_dim), np.float32),
+                actions=mem.zeros((n, 3), np.int32), joint=mem.zeros(n, np.int32), reward=mem.zeros(n, np.float32),
+                pnl=mem.zeros(n, np.float64), eps=eps_dev, eps_slot=HostSlot(mem.device, eps_dev),
+                step=mem.zeros(1, np.int64), n=n)
+
+
+class Rollout(NamedTuple):
+    """One rollout's history (``steps`` = rollout_steps + n_step - 1 columns) and the n-step
+    transitions made from it before insertion."""
+
+    k: object             # int64 [1], the column written by the next step
+    t_hist: object        # int64 [N, steps + 1]
+    pos_hist: object      # int32 [N, steps + 1], position indices
+    act_hist: object      # int32 [N, steps, 3]
+    rew_hist: object      # float32 [N, steps]
+    done_hist: object     # float32 [N, steps]
+    new_int: object       # int32 [N * rollout_steps, N_INT]
+    new_float: object     # float32 [N * rollout_steps, N_FLOAT]
+    new_count: object     # int64 [N * rollout_steps], 1 where a row was written
+    steps: int
+    emitted: int          # rollout_steps: transitions per env per rollout
+
+
+def alloc_rollout(mem: Mem, n_envs: int, rollout_steps: int, n_step: int) -> Rollout:
+    steps = rollout_steps + n_step - 1
+    n_new = n_envs * rollout_steps
+    return Rollout(k=mem.zeros(1, np.int64), t_hist=mem.zeros((n_envs, steps + 1), np.int64),
+                   pos_hist=mem.zeros((n_envs, steps + 1), np.int32), act_hist=mem.zeros((n_envs, steps, 3), np.int32),
+                   rew_hist=mem.zeros((n_envs, steps), np.float32), done_hist=mem.zeros((n_envs, steps), np.float32),
+                   new_int=mem.zeros((n_new, K_ro.N_INT), np.int32), new_float=mem.zeros((n_new, K_ro.N_FLOAT), np.float32),
+                   new_count=mem.zeros(n_new, np.int64), steps=steps, emitted=rollout_steps)
+
+
+class Batch(NamedTuple):
+    """One update's sampled batch and its loss."""
+
+    idx: object           # int64 [B], replay slots
+    isw: object           # float32 [B], importance weights (divided by their maximum)
+    obs: object           # float32 [B, obs_dim], s
+    obs_next: object      # float32 [B, obs_dim], s'
+    actions: object       # int32 [B, 3]
+    ret: object           # float32 [B], n-step return
+    terminal: object      # float32 [B]
+    dhead: object         # float32 [B, head_width], the loss's gradient at the head
+    loss: object          # float32 [B], per-sample cross-entropy
+    size: int
+
+
+def alloc_batch(mem: Mem, shape: NetShape, size: int) -> Batch:
+    return Batch(idx=mem.zeros(size, np.int64), isw=mem.zeros(size, np.float32),
+                 obs=mem.zeros((size, shape.obs_dim), np.float32), obs_next=mem.zeros((size, shape.obs_dim), np.float32),
+                 actions=mem.zeros((size, 3), np.int32), ret=mem.zeros(size, np.float32),
+                 terminal=mem.zeros(size, np.float32), dhead=mem.zeros((size, shape.head_width), np.float32),
+                 loss=mem.zeros(size, np.float32), size=size)
+
+
+class Backtest(NamedTuple):
+    """The position-enumerated greedy backtest: Q for every (bar, position) in chunks of bars."""
+
+    obs: object           # float32 [chunk_bars * N_POS, obs_dim]
+    greedy: object        # int32 [T * N_POS, 3], the greedy action of every (bar, position)
+    joint: object         # int32 [chunk_bars * N_POS]
+    eps0: object          # float32 [1], 0 (greedy)
+    zero_step: object     # int64 [1]
+    position: object      # int32 [T]
+    pnl: object           # float64 [T], USD
+    val_stats: object     # float64 [VAL_STATS], the validation statistics (cuda_kernels.rollout.VAL_*)
+    chunk_bars: int
+
+
+def backtest_chunk_bars(device: Device, w: Window) -> int:
+    longest = max(w.val[1] - w.val[0], w.test[1] - w.test[0])  # the longest range ever backtested
+    return max(1, min(longest, (8192 if device.simulator else 65536) // N_POS))
+
+
+def alloc_backtest(mem: Mem, shape: NetShape, n_bars: int, chunk_bars: int) -> Backtest:
+    rows = chunk_bars * N_POS
+    return Backtest(obs=mem.zeros((rows, shape.obs_dim), np.float32), greedy=mem.zeros((n_bars * N_POS, 3), np.int32),
+                    joint=mem.zeros(rows, np.int32), eps0=mem.zeros(1, np.float32), zero_step=mem.zeros(1, np.int64),
+                    position=mem.zeros(n_bars, np.int32), pnl=mem.zeros(n_bars, np.float64),
+                    val_stats=mem.zeros(K_ro.VAL_STATS, np.float64), chunk_bars=chunk_bars)
+
+
+class Networks(NamedTuple):
+    """Forward/backward workspaces, one per row count: the envs' step, the batch's s and s' (online),
+    s' (target), and a backtest chunk."""
+
+    env: DeviceNetwork
+    s: DeviceNetwork
+    s2: DeviceNetwork
+    t2: DeviceNetwork
+    backtest: DeviceNetwork
+
+
+def alloc_networks(device: Device, gemm, shape: NetShape, learner: Learner, n_envs: int, batch: int,
+                   backtest_rows: int) -> Networks:
+    mk = lambda rows: DeviceNetwork(device, gemm, shape, rows, learner.support, learner.branch_sizes,  # noqa: E731
+                                    learner.branch_offsets)
+    return Networks(env=mk(n_envs), s=mk(batch), s2=mk(batch), t2=mk(batch), backtest=mk(backtest_rows))
+
+
+class DeviceState(NamedTuple):
+    """Everything one fold's training holds on the device."""
+
+    window: WindowData
+    learner: Learner
+    replay: Replay
+    envs: Envs
+    rollout: Rollout
+    batch: Batch
+    backtest: Backtest
+    nets: Networks
+    shape: NetShape
+
+
+def alloc_state(device: Device, gemm, profile, cfg, w: Window, seed: int, norm_blocks: int) -> DeviceState:
+    """Allocate and upload a fold's whole device state, every buffer at its starting value."""
+    mem = Mem(device)
+    shape = NetShape(obs_dim=w.n_features + N_POS, hidden=profile.hidden, atoms=profile.atoms)
+    learner = alloc_learner(mem, shape, cfg, seed, norm_blocks)
+    n_new = profile.n_envs * cfg.rollout_steps
+    chunk = backtest_chunk_bars(device, w)
+    return DeviceState(
+        window=upload_window(mem, w), learner=learner,
+        replay=alloc_replay(mem, replay_capacity(device, cfg.replay_capacity, profile.replay_vram_fraction, n_new)),
+        envs=alloc_envs(mem, profile.n_envs, shape.obs_dim, cfg.eps_start),
+        rollout=alloc_rollout(mem, profile.n_envs, cfg.rollout_steps, cfg.n_step),
+        batch=alloc_batch(mem, shape, profile.batch), backtest=alloc_backtest(mem, shape, w.n_bars, chunk),
+        nets=alloc_networks(device, gemm, shape, learner, profile.n_envs, profile.batch, chunk * N_POS), shape=shape)
