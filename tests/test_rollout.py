@@ -147,7 +147,7 @@ def test_episodes_stay_inside_a_training_range_shorter_than_episode_len(bars):
     assert (e.t >= w.train[0]).all() and (e.end <= w.train[1]).all() and (e.end - e.t == 59).all()
     e.t[:], e.end[:], e.pos[:], e.step = -1, -1, 1, 5
     cpu.k0, cpu.k1 = 3, 4  # the kernel's keys above
-    cpu._reset(np.ones(N, np.float32))
+    cpu.reset_envs(np.ones(N, np.float32))
     assert (e.t >= w.train[0]).all() and (e.end <= w.train[1]).all() and (e.end - e.t == 59).all()
     assert np.array_equal(e.t, starts) and np.array_equal(e.end, ends)  # the kernel's draws, on the host
 

@@ -113,6 +113,8 @@ def epoch_line(log, n_epochs: int) -> str:
             f"val_t={log.val_bar_t:.2f} val_sharpe={log.val_sharpe:.2f} val_pnl_usd={log.val_pnl_usd:.0f}"
             + (" | per update: sample={sample:.3f} update={update:.3f} guard={guard:.3f} ms".format(
                 **ms["training_breakdown_ms_per_update"]) if "training_breakdown_ms_per_update" in ms else "")
+            + (" | init: " + " ".join(f"{k}={v:.0f}" for k, v in ms["init_breakdown_ms"].items()) + " ms"
+               if "init_breakdown_ms" in ms else "")
             + (" GUARD TRIPPED: weights restored" if log.guard_tripped else ""))
 
 

@@ -208,6 +208,7 @@ def _epochs_frame(folds) -> pd.DataFrame:
                                               "val_bars", "val_sharpe", "val_days", "val_pnl_usd",
                                               "val_max_drawdown_usd", "guard_tripped") if k in e},
                          **{f"per_update_{k}_ms": v for k, v in ms.get("training_breakdown_ms_per_update", {}).items()},
+                         **{f"init_{k}_ms": v for k, v in ms.get("init_breakdown_ms", {}).items()},
                          "chosen": int(e["epoch"]) == int(f.metrics.get("best_epoch", -1))})
     return pd.DataFrame(rows)
 

@@ -92,7 +92,8 @@ class CpuTrainer:
     def _obs(self, t, pos_index) -> np.ndarray:
         return np.concatenate([self.w.features[t].astype(np.float64), np.eye(N_POS)[pos_index]], axis=1)
 
-    def _reset(self, done: np.ndarray) -> None:
+    def reset_envs(self, done: np.ndarray) -> None:
+        """Envs whose ``done`` is set restart (the twin of ``env_reset_kernel``)."""
         e, w = self.envs, self.w
         K_ro.env_reset_ref(e.t, e.end, e.pos, done, w.train[0], w.train[1], w.episode_len(self.cfg.episode_len),
                            self.k0, self.k1, e.step)
@@ -155,7 +156,7 @@ class CpuTrainer:
                                  np.zeros(cap, np.float32), cap)
         self.envs = HostEnvs(np.zeros(N, np.int64), np.zeros(N, np.int64), np.zeros(N, np.int32))
         self.rollout_len = cfg.rollout_steps + cfg.n_step - 1
-        self._reset(np.ones(N, np.float32))
+        self.reset_envs(np.ones(N, np.float32))
 
     def snapshot(self) -> None:
         lr = self.learner
@@ -179,7 +180,7 @@ class CpuTrainer:
                                            sp.point_value, sp.tick_size, sp.slippage_ticks, sp.commission_per_side,
                                            sp.commission_bps, np.float32(cfg.reward_scale))
             rh[:, k], dh[:, k] = rew, done
-            self._reset(done)
+            self.reset_envs(done)
             th[:, k + 1], ph[:, k + 1] = e.t, e.pos + MAX_POS
             e.step += 1
         ints, floats = K_ro.rollout_to_transitions_cpu(th, ph, ah, rh, dh, cfg.rollout_steps, np.float32(cfg.gamma),

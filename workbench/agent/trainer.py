@@ -26,6 +26,7 @@ state of the epoch's start and the event is reported.
 """
 from __future__ import annotations
 
+import time
 from typing import NamedTuple
 
 import numpy as np
@@ -214,9 +215,12 @@ class DeviceTrainer:
         """The init phase: allocate and upload the state, load the kernels, reset the envs, capture."""
         d = self.device
         self.w = w
+        t0 = time.perf_counter()
         self.state = alloc_state(d, self.gemm, self.profile, self.cfg, w, self.seed, self.norm_blocks)
-        if not d.simulator:
-            load_kernels()  # compiled (or read from the cache) and loaded from their signatures, none launched
+        d.synchronize()
+        t1 = time.perf_counter()
+        n_loaded = 0 if d.simulator else load_kernels()  # compiled or read from the cache, loaded, none launched
+        t2 = time.perf_counter()
         self._reset_envs(d.stream)  # the envs' first reset (every env starts with done = 1)
         self.graphs = Graphs(experience=d.capture(self._experience_step), finish_rollout=d.capture(self._finish_rollout),
                              update=d.capture(self.enqueue_update),
@@ -224,6 +228,10 @@ class DeviceTrainer:
                                            d.capture(self._update_finish)),
                              validation=d.capture(self._validate))
         d.synchronize()
+        t3 = time.perf_counter()
+        self.init_breakdown_ms = {"allocate_upload": (t1 - t0) * 1e3, "load_kernels": (t2 - t1) * 1e3,
+                                  "capture": (t3 - t2) * 1e3}
+        self.kernels_loaded = n_loaded
         return self.graphs
 
     def train_fold(self, w: Window, on_epoch=None, test: bool = True) -> FoldTrainResult:
@@ -286,7 +294,7 @@ class DeviceTrainer:
         ev = self.ev
         ms = {"experience": ev[0].elapsed_ms(ev[1]), "training": ev[1].elapsed_ms(ev[2]),
               "validation": ev[2].elapsed_ms(ev[3])}
-        extra = {}
+        extra = {"init_breakdown_ms": self.init_breakdown_ms} if epoch == 0 else {}
         if self.marks:
             sums = [0.0, 0.0, 0.0]
             for i in range(len(self.marks) - 1):
