@@ -75,3 +75,25 @@ def simple_frame(n: int = 50, start: str = "2024-03-04 14:30", seed: int = 0) ->
     idx = pd.date_range(start, periods=n, freq="min", tz="UTC", name="ts").as_unit("ns")
     return pd.DataFrame({"open": open_, "high": high, "low": low, "close": close,
                          "volume": rng.integers(1, 100, n).astype(float)}, index=idx)
+
+
+class HostGemm:
+    """The GEMM contract computed by NumPy on the simulator's host-backed arrays, for whole-fold tests
+    that check the trainer's wiring, not the GEMM (the Numba GEMM is pinned to NumPy in test_kernels
+    and runs in test_cross_backend's update test); the simulator's GEMM costs ~0.6 s a launch."""
+
+    name = "numpy"
+
+    def gemm(self, A, B, C, trans_a=0, trans_b=0, alpha=1.0, beta=0.0):
+        a = np.asarray(A).T if trans_a else np.asarray(A)
+        b = np.asarray(B).T if trans_b else np.asarray(B)
+        out = np.float32(alpha) * (a @ b)
+        C[...] = out + np.float32(beta) * np.asarray(C) if beta else out
+
+
+@pytest.fixture
+def fold_gemm():
+    """GEMM for whole-fold trainer tests: cuBLAS (or the Numba GEMM) on a GPU, NumPy in the simulator."""
+    from workbench.agent.gemm import make_gemm
+
+    return lambda device: HostGemm() if device.simulator else make_gemm(device)

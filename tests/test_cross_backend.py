@@ -60,22 +60,8 @@ def test_update_steps_agree(bars):
     assert not np.array_equal(lr.params, lr.target)  # the updates did move the weights
 
 
-class HostGemm:
-    """The GEMM contract computed by NumPy on the simulator's host-backed arrays: the fold test below
-    checks the trainer's wiring, not the GEMM (the Numba GEMM is pinned to NumPy in test_kernels and
-    runs inside the update test above); the simulator's GEMM costs ~0.6 s a launch."""
-
-    name = "numpy"
-
-    def gemm(self, A, B, C, trans_a=0, trans_b=0, alpha=1.0, beta=0.0):
-        a = np.asarray(A).T if trans_a else np.asarray(A)
-        b = np.asarray(B).T if trans_b else np.asarray(B)
-        out = np.float32(alpha) * (a @ b)
-        C[...] = out + np.float32(beta) * np.asarray(C) if beta else out
-
-
 @pytest.mark.slow
-def test_train_fold_agrees_with_the_cpu_backend(bars):
+def test_train_fold_agrees_with_the_cpu_backend(bars, fold_gemm):
     """DeviceTrainer.train_fold end to end (in CI: the simulator) against the CPU backend's fold."""
     feats = build_features(bars)
     fold = dict(train_start=300, train_stop=600, val_start=610, val_stop=618, test_start=630, test_stop=638)
@@ -85,8 +71,7 @@ def test_train_fold_agrees_with_the_cpu_backend(bars):
                       replay_capacity=1024, v_min=-2.0, v_max=2.0, lr=1e-3, eps_start=0.5, eps_end=0.5)
     device = Device()
     logs_gpu, logs_cpu = [], []
-    gemm = make_gemm(device) if not device.simulator else HostGemm()
-    gpu = DeviceTrainer(device, gemm, prof, cfg, bars.market, 100_000.0, seed=5).train_fold(
+    gpu = DeviceTrainer(device, fold_gemm(device), prof, cfg, bars.market, 100_000.0, seed=5).train_fold(
         w, on_epoch=logs_gpu.append)
     cpu = CpuTrainer(prof, cfg, bars.market, 100_000.0, seed=5).train_fold(w, on_epoch=logs_cpu.append)
     assert len(logs_gpu) == len(logs_cpu) == cfg.epochs

@@ -1,10 +1,12 @@
-"""Device runtime on the CUDA driver API (``cuda.bindings.driver``): one non-blocking stream, graph
+"""Device runtime on the CUDA driver API (``cuda.bindings.driver``): a non-blocking stream (and more
+lanes, one per agent of a population, joined in one graph by :meth:`Device.capture_lanes`), graph
 capture and replay, raw scalar readbacks into pinned memory, pinned host-to-device slots, events.
 
 Capture rules (GPU_NOTES.md; each one was seen to break a capture):
 
 - everything is allocated before capture (no ``cuda.device_array`` / ``to_device`` / host arrays as
-  kernel arguments inside ``fn``), every kernel has been launched once (compiled and loaded) first;
+  kernel arguments inside ``fn``), every kernel has been loaded into the context first
+  (``cuda_kernels.nb.load_kernels``);
 - ``fn`` enqueues on ``device.stream`` only; nothing synchronises inside it;
 - capture runs inside ``cuda.defer_cleanup()`` so Numba's deferred frees cannot fire mid-capture;
 - Python scalars passed to kernels are frozen into the graph: values that change between replays
@@ -135,7 +137,65 @@ class Device:
             total_memory=int(check(drv.cuDeviceTotalMem(handle), "cuDeviceTotalMem")),
         )
 
+    def lane(self) -> "Device":
+        """Another non-blocking stream on the same device and context: one agent of a population
+        enqueues on its own lane, so its work can run beside the others' (:meth:`capture_lanes`)."""
+        other = object.__new__(Device)
+        other.simulator, other.info = self.simulator, self.info
+        if self.simulator:
+            other.stream, other.raw_stream = cuda.stream(), None
+            return other
+        drv = _drv()
+        other.raw_stream = check(drv.cuStreamCreate(drv.CUstream_flags.CU_STREAM_NON_BLOCKING), "cuStreamCreate")
+        other.stream = cuda.external_stream(int(other.raw_stream))
+        return other
+
+    def wait_for(self, others) -> None:
+        """Work enqueued on this stream from now on starts after what is enqueued on ``others`` now
+        (an event on each, waited on here; no host sync)."""
+        if self.simulator:
+            return
+        drv = _drv()
+        for o in others:
+            if o.raw_stream is self.raw_stream:
+                continue
+            ev = check(drv.cuEventCreate(drv.CUevent_flags.CU_EVENT_DISABLE_TIMING), "cuEventCreate")
+            check(drv.cuEventRecord(ev, o.raw_stream), "cuEventRecord")
+            check(drv.cuStreamWaitEvent(self.raw_stream, ev, 0), "cuStreamWaitEvent")
+            check(drv.cuEventDestroy(ev), "cuEventDestroy")  # released once the wait is satisfied
+
     # ---- graphs ----
+    def capture_lanes(self, lanes, fns) -> Graph | EagerGraph:
+        """One graph of independent branches: ``fns[i](lanes[i].stream)`` enqueues branch i on lane i,
+        forked from and joined back into this device's stream (the graph replays on it), so the GPU
+        runs the branches side by side. In the simulator the branches run one after another."""
+        if self.simulator:
+            return EagerGraph(self, lambda _st: [fn(lane.stream) for lane, fn in zip(lanes, fns)])
+        drv = _drv()
+        flag = drv.CUevent_flags.CU_EVENT_DISABLE_TIMING
+        fork = check(drv.cuEventCreate(flag), "cuEventCreate")
+        joins = [check(drv.cuEventCreate(flag), "cuEventCreate") for _ in lanes]
+        mode = drv.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
+        check(drv.cuStreamBeginCapture(self.raw_stream, mode), "cuStreamBeginCapture")
+        try:
+            with cuda.defer_cleanup():
+                check(drv.cuEventRecord(fork, self.raw_stream), "cuEventRecord (fork)")
+                for lane, fn, join in zip(lanes, fns, joins):
+                    check(drv.cuStreamWaitEvent(lane.raw_stream, fork, 0), "cuStreamWaitEvent (fork)")
+                    fn(lane.stream)
+                    check(drv.cuEventRecord(join, lane.raw_stream), "cuEventRecord (join)")
+                    check(drv.cuStreamWaitEvent(self.raw_stream, join, 0), "cuStreamWaitEvent (join)")
+        except BaseException:
+            drv.cuStreamEndCapture(self.raw_stream)
+            raise
+        graph = check(drv.cuStreamEndCapture(self.raw_stream), "cuStreamEndCapture (was something allocated, "
+                      "synchronised, or a lane not joined back inside the capture?)")
+        for ev in (fork, *joins):
+            check(drv.cuEventDestroy(ev), "cuEventDestroy")
+        exec_graph = check(drv.cuGraphInstantiate(graph, 0), "cuGraphInstantiate")
+        _, n = check(drv.cuGraphGetNodes(graph, 0), "cuGraphGetNodes")
+        return Graph(self, graph, exec_graph, int(n))
+
     def capture(self, fn) -> Graph | EagerGraph:
         """Capture what ``fn(stream)`` enqueues into an instantiated graph."""
         if self.simulator:

@@ -1,4 +1,4 @@
-"""The one epoch loop of a fold, for every backend.
+"""The one epoch loop, for every backend and for any number of agents trained side by side.
 
 A backend trainer (the GPU :class:`~workbench.agent.trainer.DeviceTrainer`, the CPU
 :class:`~workbench.agent.cpu_trainer.CpuTrainer`) provides the phases; this loop owns their order,
@@ -12,6 +12,12 @@ and the result. Phases a trainer provides:
 - ``keep()``: the current weights become the fold's choice; ``kept()``: them, as a NumPy array;
 - ``val_pnl()``: per-bar validation PnL of the kept weights; ``test()``: their test backtest as
   ``(position, pnl, actions taken)``; ``backend``, ``counters()``.
+
+:func:`run_agents` runs that loop for P agents at once: a population (``GpuPopulation``: every
+agent's phase in one graph launch, one readback per epoch) provides the same phases, ``end_epoch``
+returning one report per agent and the per-agent ones (restore, keep, kept, val_pnl, test, counters)
+taking the agent's index; :class:`Single` presents one trainer that way, so :func:`run_fold` is the
+same loop with P = 1.
 """
 from __future__ import annotations
 
@@ -42,38 +48,98 @@ class EpochStats:
 
 def run_fold(trainer, cfg, w, on_epoch=None, test: bool = True) -> FoldTrainResult:
     """Train ``trainer`` on window ``w``; ``test=False`` (the search) never backtests the test range."""
+    cb = (lambda _i, log: on_epoch(log)) if on_epoch else None
+    return run_agents(Single(trainer, w), [cfg], cb, test)[0]
+
+
+class Single:
+    """One trainer seen as a population of one (the phases :func:`run_agents` drives)."""
+
+    def __init__(self, trainer, w):
+        self.trainer, self.window = trainer, w
+
+    def setup(self) -> None:
+        self.trainer.setup(self.window)
+
+    def snapshot(self) -> None:
+        self.trainer.snapshot()
+
+    def train(self, epoch: int, first: bool) -> None:
+        self.trainer.train(epoch, first)
+
+    def validate(self) -> None:
+        self.trainer.validate()
+
+    def backend_name(self, test: bool) -> str:
+        return self.trainer.backend_name(test)
+
+    def experience(self, eps: list[float]) -> None:
+        self.trainer.experience(eps[0])
+
+    def end_epoch(self, epoch: int) -> list[EpochStats]:
+        return [self.trainer.end_epoch(epoch)]
+
+    def restore(self, i: int) -> None:
+        self.trainer.restore()
+
+    def keep(self, i: int) -> None:
+        self.trainer.keep()
+
+    def kept(self, i: int) -> np.ndarray:
+        return self.trainer.kept()
+
+    def val_pnl(self, i: int) -> np.ndarray:
+        return self.trainer.val_pnl()
+
+    def test(self, i: int):
+        return self.trainer.test()
+
+    def counters(self, i: int) -> dict:
+        return self.trainer.counters()
+
+
+def run_agents(agents, cfgs, on_epoch=None, test: bool = True) -> list[FoldTrainResult]:
+    """The epoch loop of P agents trained side by side (``agents``: :class:`Single`, or a population
+    such as :class:`workbench.agent.population.GpuPopulation`); agent i uses ``cfgs[i]``. Every agent
+    has its own guard restore, epoch logs and kept epoch; ``on_epoch(i, log)`` per agent and epoch."""
+    epochs = {c.epochs for c in cfgs}
+    if len(epochs) != 1:
+        raise ValueError(f"agents trained together need one epoch count (got {sorted(epochs)})")
     t0 = time.perf_counter()
-    trainer.setup(w)
+    agents.setup()
     init_ms = (time.perf_counter() - t0) * 1e3
-    logs: list[EpochLog] = []
-    chooser = EpochSelector(cfg.select_by)
-    for epoch in range(cfg.epochs):
-        eps = cfg.epsilon(epoch)
-        trainer.snapshot()
-        trainer.experience(eps)
-        trainer.train(epoch, first=epoch == 0)
-        trainer.validate()
-        st = trainer.end_epoch(epoch)
-        if st.tripped:  # back to the epoch's starting state; the guard stays off for the next epoch
-            trainer.restore()
-        ms = dict(st.ms)
-        ms["init"] = init_ms if epoch == 0 else 0.0  # the fold's one-off init phase, reported once
-        ms["total"] = sum(ms.values())
-        ms.update(st.extra_ms)
-        log = EpochLog.from_stats(epoch + 1, eps, st.replay_size, st.updates, st.loss, st.grad_norm, st.max_abs_q,
-                                  st.tripped, st.val, ms)
-        logs.append(log)
-        if chooser.offer(log):
-            trainer.keep()
-        if on_epoch:
-            on_epoch(log)
-    if chooser.best_epoch < 0:
-        trainer.keep()
-    best_epoch, best_score = chooser.best_epoch, chooser.best_score
-    if not test:
-        return FoldTrainResult(logs, best_epoch, best_score, trainer.kept(), np.zeros(0, np.int32), np.zeros(0),
-                               np.zeros((0, 3), np.int32), init_ms, backend=trainer.backend_name(test=False),
-                               val_pnl=trainer.val_pnl())
-    pos, pnl, taken = trainer.test()
-    return FoldTrainResult(logs, best_epoch, best_score, trainer.kept(), pos, pnl, taken, init_ms,
-                           backend=trainer.backend_name(test=True), counters=trainer.counters())
+    logs: list[list[EpochLog]] = [[] for _ in cfgs]
+    choosers = [EpochSelector(c.select_by) for c in cfgs]
+    for epoch in range(epochs.pop()):
+        eps = [c.epsilon(epoch) for c in cfgs]
+        agents.snapshot()
+        agents.experience(eps)
+        agents.train(epoch, first=epoch == 0)
+        agents.validate()
+        for i, st in enumerate(agents.end_epoch(epoch)):
+            if st.tripped:  # back to the epoch's starting state; the guard stays off for the next epoch
+                agents.restore(i)
+            ms = dict(st.ms)
+            ms["init"] = init_ms if epoch == 0 else 0.0  # the one-off init phase, reported once
+            ms["total"] = sum(ms.values())
+            ms.update(st.extra_ms)
+            log = EpochLog.from_stats(epoch + 1, eps[i], st.replay_size, st.updates, st.loss, st.grad_norm,
+                                      st.max_abs_q, st.tripped, st.val, ms)
+            logs[i].append(log)
+            if choosers[i].offer(log):
+                agents.keep(i)
+            if on_epoch:
+                on_epoch(i, log)
+    out = []
+    for i, chooser in enumerate(choosers):
+        if chooser.best_epoch < 0:
+            agents.keep(i)
+        if not test:
+            out.append(FoldTrainResult(logs[i], chooser.best_epoch, chooser.best_score, agents.kept(i),
+                                       np.zeros(0, np.int32), np.zeros(0), np.zeros((0, 3), np.int32), init_ms,
+                                       backend=agents.backend_name(test=False), val_pnl=agents.val_pnl(i)))
+            continue
+        pos, pnl, taken = agents.test(i)
+        out.append(FoldTrainResult(logs[i], chooser.best_epoch, chooser.best_score, agents.kept(i), pos, pnl, taken,
+                                   init_ms, backend=agents.backend_name(test=True), counters=agents.counters(i)))
+    return out

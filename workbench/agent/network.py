@@ -115,6 +115,12 @@ class DeviceNetwork:
         self.d1 = cuda.device_array((rows, H), np.float32, stream=s)
         self.support, self.bsz, self.boff = support_dev, branch_sizes_dev, branch_offsets_dev
 
+    @property
+    def nbytes(self) -> int:
+        """Device memory of the activation workspaces."""
+        return sum(int(a.size) * int(a.dtype.itemsize) for a in (self.h1, self.h2, self.head, self.logp, self.q,
+                                                                  self.d2, self.d1))
+
     def forward(self, params_flat, x) -> None:
         """x: float32 [rows, obs_dim]; fills h1, h2, head, logp, q."""
         p = views(params_flat, self.shape)

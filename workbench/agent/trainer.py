@@ -77,6 +77,15 @@ class Graphs(NamedTuple):
     validation: object      # the validation backtest and its statistics
 
 
+def epoch_stats(r: dict, ms: dict, extra: dict) -> EpochStats:
+    """An epoch's report from its readback (:meth:`DeviceTrainer.readback_sources` names)."""
+    stats = r["stats"]
+    n_upd = int(stats[STAT.UPDATES])
+    return EpochStats(ms, int(r["size"][0]), n_upd, float(stats[STAT.LOSS_SUM] / max(n_upd, 1)),
+                      float(stats[STAT.NORM_SUM] / max(n_upd, 1)), float(stats[STAT.MAX_ABS_Q]),
+                      bool(r["guard"][0]), r["val"], extra)
+
+
 class DeviceTrainer:
     """Trains one fold on ``device`` with sizes from ``profile`` and hyper-parameters from ``cfg``.
 
@@ -211,27 +220,32 @@ class DeviceTrainer:
         K_ro.validation_stats_kernel[1, 1, st](S.backtest.pnl, S.window.day, w.val[0], w.val[1], S.backtest.val_stats)
 
     # ---------------------------------------------------------------- the fold
-    def prepare(self, w: Window) -> Graphs:
-        """The init phase: allocate and upload the state, load the kernels, reset the envs, capture."""
+    def allocate(self, w: Window) -> None:
+        """Init without capture: allocate and upload the state, load the kernels, reset the envs (all
+        enqueued on this trainer's stream). A population captures its agents' work together after this."""
         d = self.device
         self.w = w
         t0 = time.perf_counter()
         self.state = alloc_state(d, self.gemm, self.profile, self.cfg, w, self.seed, self.norm_blocks)
         d.synchronize()
         t1 = time.perf_counter()
-        n_loaded = 0 if d.simulator else load_kernels()  # compiled or read from the cache, loaded, none launched
+        self.kernels_loaded = 0 if d.simulator else load_kernels()  # compiled or cached, loaded, none launched
         t2 = time.perf_counter()
         self._reset_envs(d.stream)  # the envs' first reset (every env starts with done = 1)
+        self.init_breakdown_ms = {"allocate_upload": (t1 - t0) * 1e3, "load_kernels": (t2 - t1) * 1e3}
+
+    def prepare(self, w: Window) -> Graphs:
+        """The init phase: :meth:`allocate`, then capture this trainer's graphs."""
+        d = self.device
+        self.allocate(w)
+        t2 = time.perf_counter()
         self.graphs = Graphs(experience=d.capture(self._experience_step), finish_rollout=d.capture(self._finish_rollout),
                              update=d.capture(self.enqueue_update),
                              update_parts=(d.capture(self._update_sample), d.capture(self._update_learn),
                                            d.capture(self._update_finish)),
                              validation=d.capture(self._validate))
         d.synchronize()
-        t3 = time.perf_counter()
-        self.init_breakdown_ms = {"allocate_upload": (t1 - t0) * 1e3, "load_kernels": (t2 - t1) * 1e3,
-                                  "capture": (t3 - t2) * 1e3}
-        self.kernels_loaded = n_loaded
+        self.init_breakdown_ms["capture"] = (time.perf_counter() - t2) * 1e3
         return self.graphs
 
     def train_fold(self, w: Window, on_epoch=None, test: bool = True) -> FoldTrainResult:
@@ -242,10 +256,14 @@ class DeviceTrainer:
     # ---------------------------------------------------------------- the phases run_fold drives
     def setup(self, w: Window) -> None:
         self.prepare(w)
+        self.readback = Readback(self.device, self.readback_sources())
+
+    def readback_sources(self) -> dict:
+        """The device scalars an epoch reads back (in one sync): update statistics, guard, validation
+        statistics, replay fill, bad priority indices."""
         S = self.state
-        self.readback = Readback(self.device, {"stats": S.learner.stats, "guard": S.learner.guard,
-                                               "val": S.backtest.val_stats, "size": S.replay.size,
-                                               "bad": S.replay.bad})
+        return {"stats": S.learner.stats, "guard": S.learner.guard, "val": S.backtest.val_stats,
+                "size": S.replay.size, "bad": S.replay.bad}
 
     def _copy(self, pairs) -> None:
         st = self.device.stream
@@ -269,10 +287,16 @@ class DeviceTrainer:
         self.graphs.finish_rollout.replay(1)
         self.ev.append(self.device.event().record())
 
+    def updates_in(self, epoch: int) -> int:
+        """Updates of ``epoch`` (from 0): none until the replay holds ``learning_starts`` transitions
+        (its fill is known on the host: a rollout adds n_envs * rollout_steps)."""
+        cfg = self.cfg
+        size_now = min(self.state.replay.capacity, (epoch + 1) * self.state.envs.n * cfg.rollout_steps)
+        return cfg.max_steps_per_epoch if size_now >= cfg.learning_starts else 0
+
     def train(self, epoch: int, first: bool) -> None:
-        cfg, d = self.cfg, self.device
-        size_now = min(self.state.replay.capacity, (epoch + 1) * self.state.envs.n * cfg.rollout_steps)  # host-known
-        self.updates = cfg.max_steps_per_epoch if size_now >= cfg.learning_starts else 0
+        d = self.device
+        self.updates = self.updates_in(epoch)
         self.marks = []
         if first and self.updates:  # the first epoch replays the three parts with events between them
             for _ in range(self.updates):
@@ -301,11 +325,7 @@ class DeviceTrainer:
                 sums[i % 3] += self.marks[i].elapsed_ms(self.marks[i + 1])
             u = self.updates
             extra["training_breakdown_ms_per_update"] = {"sample": sums[0] / u, "update": sums[1] / u, "guard": sums[2] / u}
-        stats = r["stats"]
-        n_upd = int(stats[STAT.UPDATES])
-        return EpochStats(ms, int(r["size"][0]), n_upd, float(stats[STAT.LOSS_SUM] / max(n_upd, 1)),
-                          float(stats[STAT.NORM_SUM] / max(n_upd, 1)), float(stats[STAT.MAX_ABS_Q]),
-                          bool(r["guard"][0]), r["val"], extra)
+        return epoch_stats(r, ms, extra)
 
     def keep(self) -> None:
         lr = self.state.learner

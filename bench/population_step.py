@@ -1,0 +1,105 @@
+"""Population throughput at the reference shape (issue #15): agent-updates per second with P agents
+in one graph (``workbench.agent.population``: one branch per agent, one launch for all), fp32 and
+TF32 cuBLAS, against PyTorch's CUDA-graph replay of one agent's update in the same run.
+
+Shape as ``bench/train_step.py`` (batch 1024, hidden 512, 51 atoms, 3x3 actions, 16 features, replay
+of 1M transitions per agent, filled by the agents' own envs: 4096 envs x 256 steps). Each agent has
+its own seed (and its own copy of the window). Each figure: median over 5 timed blocks of ``--steps``
+launches of the joint update graph, after one warm block. Also: device memory per agent, graph nodes,
+and the time to allocate, fill and capture. Usage (on the GPU machine):
+    python bench/population_step.py [--sizes 1,4,16,32,64] [--steps 100] [--json OUT.json]
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import statistics
+import time
+
+from train_step import B, ATOMS, CAP, H, _window, torch_update
+
+
+def population(P: int, steps: int) -> dict:
+    from workbench.agent.gemm import make_gemm
+    from workbench.agent.population import agent_bytes
+    from workbench.agent.train_config import TrainConfig
+    from workbench.agent.trainer import DeviceTrainer
+    from workbench.device import Device
+    from workbench.gpu_profile import GpuProfile
+    from workbench.markets import load_market
+
+    device = Device()
+    prof = GpuProfile(name="bench", hidden=H, atoms=ATOMS, batch=B, n_envs=4096, replay_vram_fraction=0.5,
+                      gemm="cublas", math="fp32")
+    cfg = TrainConfig(replay_capacity=CAP, rollout_steps=256, learning_starts=0)
+    w = _window()
+    t0 = time.perf_counter()
+    trainers = []
+    for i in range(P):
+        lane = device.lane()
+        t = DeviceTrainer(lane, make_gemm(lane, "cublas", "fp32"), prof, cfg, load_market("es"), 100_000.0, seed=1 + i)
+        t.allocate(w)
+        trainers.append(t)
+    lanes = [t.device for t in trainers]
+    device.wait_for(lanes)
+    exp = device.capture_lanes(lanes, [t._experience_step for t in trainers])
+    fin = device.capture_lanes(lanes, [t._finish_rollout for t in trainers])
+    exp.replay(trainers[0].state.rollout.steps)  # every agent's ring filled by its own envs
+    fin.replay(1)
+    device.synchronize()
+    setup_s = time.perf_counter() - t0
+    for t in trainers:
+        assert int(t.state.replay.size.copy_to_host()[0]) == CAP
+    row = {"P": P, "bytes_per_agent": agent_bytes(trainers[0]), "setup_s": setup_s}
+    for math in ("fp32", "tf32"):
+        for t in trainers:
+            t.gemm.set_math(math)
+        t1 = time.perf_counter()
+        upd = device.capture_lanes(lanes, [t.enqueue_update for t in trainers])
+        capture_s = time.perf_counter() - t1
+        upd.replay(steps)
+        device.synchronize()
+        out = []
+        for _ in range(5):
+            a = device.event().record()
+            upd.replay(steps)
+            b = device.event().record()
+            out.append(a.elapsed_ms(b) / steps)
+        ms = statistics.median(out)
+        row[math] = {"ms_per_launch": ms, "agent_updates_per_s": P * 1e3 / ms, "ms_per_agent_update": ms / P,
+                     "graph_nodes": upd.n_nodes, "capture_s": capture_s}
+    return row
+
+
+def main() -> int:
+    a = argparse.ArgumentParser()
+    a.add_argument("--sizes", default="1,4,16,32,64")
+    a.add_argument("--steps", type=int, default=100)
+    a.add_argument("--json")
+    args = a.parse_args()
+    rows = []
+    for p in args.sizes.split(","):
+        rows.append(population(int(p), args.steps))
+        gc.collect()  # the previous population's buffers go before the next is allocated
+        print(f"P={p}: {json.dumps(rows[-1])}", flush=True)
+    torch_rows: list = []
+    torch_update(args.steps, torch_rows, graph=True)
+    torch_ms = torch_rows[0][1]
+    print(f"P agents in one graph, batch {B}, hidden {H}, {ATOMS} atoms, replay {CAP} each; "
+          f"{torch_rows[0][0]}: {torch_ms:.4f} ms/update = {1e3 / torch_ms:,.0f} updates/s")
+    print(f"{'P':>3} {'MB/agent':>9} {'fp32 ms/launch':>15} {'fp32 upd/s':>11} {'x torch':>8} "
+          f"{'tf32 ms/launch':>15} {'tf32 upd/s':>11} {'x torch':>8} {'nodes':>6} {'setup s':>8}")
+    for r in rows:
+        f, t = r["fp32"], r["tf32"]
+        print(f"{r['P']:3d} {r['bytes_per_agent'] / 2**20:9.0f} {f['ms_per_launch']:15.4f} {f['agent_updates_per_s']:11,.0f} "
+              f"{f['agent_updates_per_s'] * torch_ms / 1e3:8.2f} {t['ms_per_launch']:15.4f} "
+              f"{t['agent_updates_per_s']:11,.0f} {t['agent_updates_per_s'] * torch_ms / 1e3:8.2f} "
+              f"{f['graph_nodes']:6d} {r['setup_s']:8.1f}")
+    if args.json:
+        json.dump({"rows": rows, "torch_graph_ms": torch_ms, "torch": torch_rows[0][0]}, open(args.json, "w"), indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

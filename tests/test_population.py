@@ -1,0 +1,66 @@
+"""Many agents in one graph (workbench.agent.population): each agent of a population computes exactly
+what it computes alone (same kernels, same buffers, its own lane); in CI the branches run one after
+another in the simulator, on a GPU side by side in one launch per phase."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from workbench.agent.population import GpuPopulation, agent_bytes, train_population
+from workbench.agent.train_config import TrainConfig
+from workbench.agent.trainer import DeviceTrainer
+from workbench.agent.window import make_window
+from workbench.device import Device
+from workbench.features import build_features
+from workbench.gpu_profile import GpuProfile
+
+PROF = GpuProfile(hidden=8, atoms=3, batch=4, n_envs=2)
+FOLDS = [dict(train_start=300, train_stop=600, val_start=610, val_stop=616, test_start=630, test_stop=636),
+         dict(train_start=500, train_stop=800, val_start=810, val_stop=815, test_start=830, test_stop=835)]
+
+
+def _cfg(**kw) -> TrainConfig:
+    base = dict(epochs=2, rollout_steps=2, n_step=1, episode_len=20, learning_starts=0, max_steps_per_epoch=1,
+                replay_capacity=1024, v_min=-2.0, v_max=2.0, lr=1e-3, eps_start=0.5, eps_end=0.5)
+    return TrainConfig(**{**base, **kw})
+
+
+def _same(a, b) -> None:
+    assert a.best_epoch == b.best_epoch
+    assert np.array_equal(a.params, b.params)  # bit for bit
+    assert np.array_equal(a.test_position, b.test_position) and np.array_equal(a.test_pnl, b.test_pnl)
+    for x, y in zip(a.epochs, b.epochs):
+        assert (x.updates, x.replay_size, x.loss, x.val_pnl_usd, x.val_bar_t) == \
+            (y.updates, y.replay_size, y.loss, y.val_pnl_usd, y.val_bar_t)
+
+
+@pytest.mark.slow
+def test_each_agent_of_a_population_gets_what_it_gets_alone(bars, fold_gemm):
+    feats = build_features(bars)
+    windows = [make_window(bars, feats, f) for f in FOLDS]
+    # two agents of one schedule with different folds, seeds and learning rates
+    plan = [(windows[0], 5, _cfg()), (windows[1], 7, _cfg(lr=3e-3))]
+    device = Device()
+    alone = [DeviceTrainer(device, fold_gemm(device), PROF, c, bars.market, 100_000.0, seed=s).train_fold(w)
+             for w, s, c in plan]
+    lanes = [device.lane() for _ in plan]
+    trainers = [DeviceTrainer(lane, fold_gemm(lane), PROF, c, bars.market, 100_000.0, seed=s)
+                for lane, (w, s, c) in zip(lanes, plan)]
+    seen = []
+    together = train_population(device, trainers, [w for w, _, _ in plan], on_epoch=lambda i, log: seen.append(i))
+    assert sorted(seen) == [0, 0, 1, 1]
+    for a, b in zip(together, alone):
+        _same(a, b)
+    assert not np.array_equal(together[0].params, together[1].params)  # the agents did differ
+    assert together[0].epochs[0].ms["agents_per_launch"] == 2
+    assert agent_bytes(trainers[0]) > trainers[0].state.replay.capacity * 4  # counts the replay ring at least
+
+
+def test_a_population_refuses_agents_of_different_schedules(bars, fold_gemm):
+    device = Device()
+    w = make_window(bars, build_features(bars), FOLDS[0])
+    mk = lambda c: DeviceTrainer(device.lane(), fold_gemm(device), PROF, c, bars.market, 1e5, seed=1)  # noqa: E731
+    with pytest.raises(ValueError, match="share epochs"):
+        GpuPopulation(device, [mk(_cfg()), mk(_cfg(max_steps_per_epoch=2))], [w, w])
+    with pytest.raises(ValueError, match="one window per trainer"):
+        GpuPopulation(device, [mk(_cfg())], [w, w])

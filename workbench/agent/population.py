@@ -1,0 +1,145 @@
+"""Many agents on one GPU: each agent's phase of an epoch is one branch of one graph launch.
+
+Each agent is a :class:`~workbench.agent.trainer.DeviceTrainer` on its own lane (a non-blocking
+stream of the same device, :meth:`Device.lane`) with its own named state, window, seed and
+hyper-parameters. :meth:`Device.capture_lanes` captures the agents' experience step, rollout
+finish, update and validation as independent branches of one graph each, forked from and joined
+back into the population's stream, so one ``cuGraphLaunch`` runs a phase for every agent and the GPU
+overlaps the branches (one agent's update at the reference shape leaves most of the H200 idle).
+Kernels and buffers are the single agent's, unchanged, so an agent of a population computes exactly
+what it computes alone. The epoch's statistics of every agent come back in one readback (one host
+sync per epoch for the whole population); guard restore, epoch selection and logs are per agent
+(:func:`workbench.agent.loop.run_agents`).
+
+Agents trained together share the epoch schedule: the same epoch count, experience steps per epoch
+(``rollout_steps + n_step - 1``) and updates per epoch (``max_steps_per_epoch``, and
+``learning_starts`` against the replay fill), which :func:`schedule_key` names; sizes (hidden, atoms,
+batch, envs) may differ between agents. Memory: :func:`agent_bytes` per agent.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..device import Device, Readback
+from .loop import EpochStats, run_agents
+from .network import DeviceNetwork
+from .records import FoldTrainResult
+from .trainer import DeviceTrainer, Graphs, epoch_stats
+from .window import Window
+
+
+def schedule_key(cfg, n_envs: int) -> tuple:
+    """What agents of one population must share: epochs, experience steps per epoch, updates per
+    epoch, and the epochs that update (the replay has reached ``learning_starts``)."""
+    return (cfg.epochs, cfg.rollout_steps + cfg.n_step - 1, cfg.max_steps_per_epoch,
+            tuple((e + 1) * n_envs * cfg.rollout_steps >= cfg.learning_starts for e in range(cfg.epochs)))
+
+
+class GpuPopulation:
+    """P device trainers driven together (the phases :func:`run_agents` drives)."""
+
+    def __init__(self, device: Device, trainers: list[DeviceTrainer], windows: list[Window]):
+        if not trainers or len(trainers) != len(windows):
+            raise ValueError("a population needs one window per trainer")
+        keys = {schedule_key(t.cfg, t.profile.n_envs) for t in trainers}
+        if len(keys) != 1:
+            raise ValueError("agents of one population must share epochs, rollout_steps + n_step, "
+                             "max_steps_per_epoch and when learning starts")
+        self.device, self.trainers, self.windows = device, trainers, windows
+        self.lanes = [t.device for t in trainers]
+
+    # ---------------------------------------------------------------- the phases run_agents drives
+    def setup(self) -> None:
+        d, ts = self.device, self.trainers
+        for t, w in zip(ts, self.windows):
+            t.allocate(w)
+        d.wait_for(self.lanes)  # allocation, uploads and first resets before the first launch
+        joint = lambda name: d.capture_lanes(self.lanes, [getattr(t, name) for t in ts])  # noqa: E731
+        self.graphs = Graphs(experience=joint("_experience_step"), finish_rollout=joint("_finish_rollout"),
+                             update=joint("enqueue_update"), update_parts=(), validation=joint("_validate"))
+        self.readback = Readback(d, {f"{i}:{k}": v for i, t in enumerate(ts) for k, v in t.readback_sources().items()})
+        d.synchronize()
+
+    def snapshot(self) -> None:
+        for t in self.trainers:
+            t.snapshot()  # on each lane; the next launch waits for the lanes
+
+    def experience(self, eps: list[float]) -> None:
+        d = self.device
+        for t, e in zip(self.trainers, eps):
+            t.state.envs.eps_slot.value[0] = e  # copied in by each branch's first node
+        d.wait_for(self.lanes)
+        self.ev = [d.event().record()]
+        self.graphs.experience.replay(self.trainers[0].state.rollout.steps)
+        self.graphs.finish_rollout.replay(1)
+        self.ev.append(d.event().record())
+
+    def train(self, epoch: int, first: bool) -> None:
+        counts = {t.updates_in(epoch) for t in self.trainers}
+        if len(counts) != 1:  # a replay capacity under learning_starts for some agents only
+            raise ValueError(f"agents of one population update differently in epoch {epoch + 1}: {sorted(counts)}")
+        self.updates = counts.pop()
+        self.graphs.update.replay(self.updates)
+        self.ev.append(self.device.event().record())
+
+    def validate(self) -> None:
+        self.graphs.validation.replay(1)
+        self.ev.append(self.device.event().record())
+
+    def end_epoch(self, epoch: int) -> list[EpochStats]:
+        r = self.readback.read()  # the population's one host sync of the epoch
+        for lane in self.lanes:
+            lane.wait_for([self.device])  # restores and copies on a lane come after the epoch's graphs
+        ev = self.ev
+        ms = {"experience": ev[0].elapsed_ms(ev[1]), "training": ev[1].elapsed_ms(ev[2]),
+              "validation": ev[2].elapsed_ms(ev[3])}
+        extra = {"agents_per_launch": len(self.trainers)}  # the phase times are the whole population's
+        out = []
+        for i, t in enumerate(self.trainers):
+            mine = {k.split(":", 1)[1]: v for k, v in r.items() if k.startswith(f"{i}:")}
+            t.last = mine
+            out.append(epoch_stats(mine, dict(ms), dict(extra)))
+        return out
+
+    def restore(self, i: int) -> None:
+        self.trainers[i].restore()
+
+    def keep(self, i: int) -> None:
+        self.trainers[i].keep()
+
+    def kept(self, i: int) -> np.ndarray:
+        self.trainers[i].device.synchronize()
+        return self.trainers[i].kept()
+
+    def val_pnl(self, i: int) -> np.ndarray:
+        return self.trainers[i].val_pnl()
+
+    def test(self, i: int):
+        return self.trainers[i].test()
+
+    def counters(self, i: int) -> dict:
+        return self.trainers[i].counters()
+
+    def backend_name(self, test: bool) -> str:
+        return self.trainers[0].backend_name(test)
+
+
+def train_population(device: Device, trainers: list[DeviceTrainer], windows: list[Window], on_epoch=None,
+                     test: bool = True) -> list[FoldTrainResult]:
+    """Train every trainer on its window side by side; one result per trainer, in order."""
+    return run_agents(GpuPopulation(device, trainers, windows), [t.cfg for t in trainers], on_epoch, test)
+
+
+def agent_bytes(trainer: DeviceTrainer) -> int:
+    """Device memory one allocated agent holds (every buffer of its named state), in bytes."""
+    return _nbytes(tuple(trainer.state))
+
+
+def _nbytes(v) -> int:
+    if isinstance(v, tuple):
+        return sum(_nbytes(x) for x in v)
+    if isinstance(v, DeviceNetwork):
+        return v.nbytes
+    if hasattr(v, "copy_to_host"):  # a device array
+        return int(v.size) * int(v.dtype.itemsize)
+    return 0
