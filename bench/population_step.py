@@ -69,7 +69,46 @@ def population(P: int, steps: int) -> dict:
         ms = statistics.median(out)
         row[math] = {"ms_per_launch": ms, "agent_updates_per_s": P * 1e3 / ms, "ms_per_agent_update": ms / P,
                      "graph_nodes": upd.n_nodes, "capture_s": capture_s}
+        if P >= 16:
+            row[math]["breakdown_ms_per_agent"] = breakdown(device, lanes, trainers, steps)
     return row
+
+
+def _pieces(t) -> dict:
+    """Pieces of one agent's update, each captured alone (for the saturated breakdown)."""
+    S, st = t.state, t.device.stream
+    b, lr, nets = S.batch, S.learner, S.nets
+    return {"sample (scan 1M, PER draw, gathers)": t._update_sample,
+            "forward s (online)": lambda _s: nets.s.forward(lr.params, b.obs),
+            "forward s, its 3 GEMMs only": lambda _s: _gemms(t, lr.params, b.obs),
+            "forward s' (online + target)": lambda _s: (nets.s2.forward(lr.params, b.obs_next),
+                                                        nets.t2.forward(lr.target, b.obs_next)),
+            "loss + backward + grad norm": lambda s: (t._update_learn_tail(s)),
+            "finish (guard, Adam, priorities, EMA)": t._update_finish}
+
+
+def _gemms(t, params, x) -> None:
+    from workbench.agent.network import views
+
+    p, n = views(params, t.state.shape), t.state.nets.s
+    t.gemm.gemm(x, p["W1"], n.h1)
+    t.gemm.gemm(n.h1, p["W2"], n.h2)
+    t.gemm.gemm(n.h2, p["W3"], n.head)
+
+
+def breakdown(device, lanes, trainers, steps) -> dict:
+    """GPU time per agent of each piece of the update with every agent's piece in one graph (the
+    population saturated): what the whole update's time is made of at this P."""
+    out = {}
+    names = list(_pieces(trainers[0]))
+    for name in names:
+        g = device.capture_lanes(lanes, [_pieces(t)[name] for t in trainers])
+        g.replay(steps)
+        a = device.event().record()
+        g.replay(steps)
+        b = device.event().record()
+        out[name] = a.elapsed_ms(b) / steps / len(trainers)
+    return out
 
 
 def main() -> int:

@@ -14,7 +14,7 @@ from workbench.device import Device
 from workbench.features import build_features
 from workbench.gpu_profile import GpuProfile
 
-PROF = GpuProfile(hidden=8, atoms=3, batch=4, n_envs=2)
+PROF = GpuProfile(hidden=8, atoms=2, batch=4, n_envs=2)
 FOLDS = [dict(train_start=300, train_stop=600, val_start=610, val_stop=616, test_start=630, test_stop=636),
          dict(train_start=500, train_stop=800, val_start=810, val_stop=815, test_start=830, test_stop=835)]
 
@@ -64,3 +64,35 @@ def test_a_population_refuses_agents_of_different_schedules(bars, fold_gemm):
         GpuPopulation(device, [mk(_cfg()), mk(_cfg(max_steps_per_epoch=2))], [w, w])
     with pytest.raises(ValueError, match="one window per trainer"):
         GpuPopulation(device, [mk(_cfg())], [w, w])
+
+
+@pytest.mark.slow
+def test_walkforward_trains_its_folds_as_one_population(bars, monkeypatch, tmp_path):
+    """The engine's GPU path (here the simulator, a NumPy GEMM): several folds train side by side,
+    each is checked against simulate() and written as it would be alone, and summary.json states the plan."""
+    import json
+
+    from conftest import HostGemm
+
+    import workbench.engine as E
+    from workbench.agent import backend as BK
+    from workbench.agent import gemm as G
+    from workbench.config import load_config
+    from workbench.rundir import RunDir
+
+    monkeypatch.setattr(G, "make_gemm", lambda *a, **k: HostGemm())
+    gpu = BK.Backend("gpu")
+    gpu.gemm = HostGemm()
+    monkeypatch.setattr(E, "make_backend", lambda choice: gpu)
+    cfg = load_config(None, ["training.epochs=2", "training.max_steps_per_epoch=1", "training.rollout_steps=2",
+                             "training.n_step=1", "training.learning_starts=0", "training.episode_len=20",
+                             "training.replay_capacity=1024", "splits.train=400", "splits.val=6", "splits.test=6",
+                             "splits.max_folds=2", "gpu.hidden=8", "gpu.atoms=2", "gpu.batch=4", "gpu.n_envs=2",
+                             'device="gpu"'])
+    with RunDir(tmp_path / "run") as run_dir:
+        result = E.WalkForward(cfg).run(bars, progress=None, run_dir=run_dir)
+    assert [f.ok for f in result.fold_results] == [True, True]
+    assert all(f.epochs[0]["ms"]["agents_per_launch"] == 2 for f in result.fold_results)
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["population"]["folds_per_graph"] == 2 and summary["population"]["groups"] == 1
+    assert (tmp_path / "run" / "fold_002" / "weights.npy").is_file()

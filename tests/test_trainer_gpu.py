@@ -28,3 +28,24 @@ def test_fold_trains_deterministically(bars):
     assert a.epochs[-1]["ms"]["training"] > 0 and a.epochs[0]["ms"]["init"] > 0
     c = _run(bars, 6)
     assert not np.array_equal(a.params, c.params)
+
+
+def test_walkforward_in_populations_equals_one_fold_at_a_time(bars):
+    """The GPU walk-forward trains its folds side by side by default; every fold's result is the one it
+    gets alone (gpu.population = 1), bit for bit, and the plan is stated in summary.json."""
+    from workbench.config import load_config
+    from workbench.engine import WalkForward
+    args = ["training.epochs=2", "training.max_steps_per_epoch=30", "training.rollout_steps=16",
+            "training.learning_starts=1024", "splits.train=3000", "splits.val=1000", "splits.test=1000",
+            "splits.max_folds=3", 'device="gpu"']
+    runs = {}
+    for pop in (0, 1):
+        cfg = load_config(None, [*args, f"gpu.population={pop}"])
+        runs[pop] = WalkForward(cfg).run(bars, progress=None)
+    a, b = runs[0], runs[1]
+    assert len(a.fold_results) == 3 and all(f.ok for f in a.fold_results)
+    for x, y in zip(a.fold_results, b.fold_results):
+        assert np.array_equal(x.params, y.params)
+        assert np.array_equal(x.bars["pnl_usd"].to_numpy(), y.bars["pnl_usd"].to_numpy())
+        assert [e["val_bar_t"] for e in x.epochs] == [e["val_bar_t"] for e in y.epochs]
+    assert a.fold_results[0].epochs[0]["ms"]["agents_per_launch"] == 3

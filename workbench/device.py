@@ -215,6 +215,13 @@ class Device:
         _, n = check(drv.cuGraphGetNodes(graph, 0), "cuGraphGetNodes")
         return Graph(self, graph, exec_graph, int(n))
 
+    def free_memory(self) -> int:
+        """Free device memory in bytes now (0 in the simulator: no limit is known)."""
+        if self.simulator:
+            return 0
+        free, _total = check(_drv().cuMemGetInfo(), "cuMemGetInfo")
+        return int(free)
+
     # ---- synchronisation and timing ----
     def synchronize(self) -> None:
         """Host sync point: waits for all work on the stream."""

@@ -18,7 +18,8 @@ from . import metrics as M
 from .account import Account, account_for
 from .accounting import simulate
 from .agent.backend import make_backend
-from .agent.fold import run_dqn_fold
+from .agent.fold import finish_dqn_fold, run_dqn_fold
+from .agent.population import train_folds
 from .baselines import STRATEGIES, baseline_targets
 from .config import RunConfig, to_toml
 from .dashboard import resolve_progress
@@ -95,6 +96,13 @@ def rule_fold(cfg, k: int, prep: Prepared, ranges: dict) -> FoldResult:
     if not np.isfinite(m["net_pnl_usd"]):
         raise ArithmeticError(f"fold {k}: non-finite PnL")
     return FoldResult(k + 1, cfg.strategy.name, sim.frame(), sim.trades, m, ranges)
+
+
+def populations(cfg, backend, here: bool, agent: bool, n_folds: int) -> bool:
+    """Whether this run trains its folds side by side on the GPU: the agent, in this process, on a GPU
+    backend, more than one fold to train, and ``gpu.population`` (or the profile's) not 1."""
+    return (here and agent and backend is not None and backend.kind == "gpu" and n_folds > 1
+            and backend.sized(cfg.gpu).population != 1)
 
 
 _WORKER_CACHE: dict = {}
@@ -195,6 +203,16 @@ class WalkForward:
             if progress:
                 progress.fold_started(todo[i], ranges[todo[i]])
 
+        def finished(k: int, res: FoldResult) -> None:
+            by_fold[k] = res
+            self._record(run_dir, res, ranges[k], agent)
+            if progress:
+                progress.fold_finished(res, time.perf_counter() - started.get(k, time.perf_counter()))
+
+        plan: dict = {}
+        if populations(cfg, backend, here, agent, len(todo)):
+            self._run_populations(todo, prep, backend, ranges, progress, started, finished, plan)
+            todo = []  # every fold done, in populations
         if here:
             def job(k):
                 on_epoch = ((lambda log: progress.epoch(k, log, cfg.training.epochs))
@@ -208,10 +226,7 @@ class WalkForward:
             k = todo[i]
             if isinstance(res, WorkerLost):
                 res = _failed(cfg, bars, k, ranges[k], res)
-            by_fold[k] = res
-            self._record(run_dir, res, ranges[k], agent)
-            if progress:
-                progress.fold_finished(res, time.perf_counter() - started.get(k, time.perf_counter()))
+            finished(k, res)
         results = [by_fold[k] for k in range(len(folds))]
         result = WalkForwardResult(cfg.strategy.name, folds, results, spec, acct.capital,
                                    str(run_dir.path) if run_dir else None, account=acct)
@@ -230,11 +245,45 @@ class WalkForward:
                                                 "backend": where or "host",
                                                 "fold_backends": sorted({str(f.metrics.get("backend", "host"))
                                                                          for f in results if f.ok}),
+                                                **({"population": plan} if plan else {}),
                                                 "stitched_oos": summary, "baselines": result.baselines,
                                                 "folds": result.to_frame().to_dict(orient="records")})
         if progress:
             progress.finish(summary)
         return result
+
+    def _run_populations(self, todo, prep, backend, ranges, progress, started, finished, plan: dict) -> None:
+        """The GPU path for several folds: folds trained side by side in populations
+        (:mod:`workbench.agent.population`; each fold's result is the one it gets alone), each fold
+        checked and reported as it would be alone. A group that fails to train fails its folds."""
+        cfg = self.config
+
+        def on_group(group, size, per_agent):
+            requested = backend.sized(cfg.gpu).population
+            plan.update(folds_per_graph=size, device_mib_per_fold=round(per_agent / 2**20, 1),
+                        chosen_by="gpu.population" if requested else "free device memory (gpu.population = 0)",
+                        groups=plan.get("groups", 0) + 1)
+            for k in group:
+                started[k] = time.perf_counter()
+                if progress:
+                    progress.fold_started(k, ranges[k])
+
+        on_epoch = (lambda k, log: progress.epoch(k, log, cfg.training.epochs)) if progress else None
+        left = list(todo)
+        try:
+            for k, trained in train_folds(todo, prep, cfg, backend, on_epoch, on_group):
+                try:
+                    res = finish_dqn_fold(k, prep, cfg, trained, ranges[k])
+                except (WorkbenchError, ValueError, ArithmeticError, IndexError) as exc:
+                    res = _failed(cfg, prep.bars, k, ranges[k], exc, traceback.format_exc())
+                left.remove(k)
+                finished(k, res)
+        except ConfigError:
+            raise  # a population that cannot fit is refused, not a fold failure
+        except (WorkbenchError, ValueError, ArithmeticError, IndexError) as exc:
+            tb = traceback.format_exc()
+            for k in left:
+                finished(k, _failed(cfg, prep.bars, k, ranges[k], exc, tb))
 
     @staticmethod
     def _record(run_dir, res: FoldResult, ranges: dict, agent: bool) -> None:

@@ -27,6 +27,8 @@ class GpuProfile:
     replay_vram_fraction: float = _f(0.05, "share of free device memory for the replay ring")
     gemm: str = _f("numba", "'cublas' or 'numba'")
     math: str = _f("fp32", "'fp32' or 'tf32'")
+    population: int = _f(0, "folds trained side by side in one graph: 0 = as many as fit in free device memory, "
+                            "1 = one at a time")
 
 
 def load_profile(name_or_path: str) -> GpuProfile:
@@ -37,8 +39,8 @@ def load_profile(name_or_path: str) -> GpuProfile:
     prof = _config.build(GpuProfile, _config.read_toml(path), prefix="gpu.")
     if prof.gemm not in ("cublas", "numba") or prof.math not in ("fp32", "tf32"):
         raise ConfigError(f"GPU profile {path}: gemm must be cublas|numba and math fp32|tf32")
-    if not (0 < prof.replay_vram_fraction < 1) or prof.atoms < 2 or prof.atoms > 128:
-        raise ConfigError(f"GPU profile {path}: replay_vram_fraction in (0, 1) and atoms in [2, 128]")
+    if not (0 < prof.replay_vram_fraction < 1) or prof.atoms < 2 or prof.atoms > 128 or prof.population < 0:
+        raise ConfigError(f"GPU profile {path}: replay_vram_fraction in (0, 1), atoms in [2, 128], population >= 0")
     return prof
 
 

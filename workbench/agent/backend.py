@@ -15,6 +15,7 @@ class Backend:
 
         self.kind = kind
         self.device = self.gemm = None
+        self.lanes: list = []  # (lane, gemm) of population agents, made on first use and reused
         if kind == "gpu":
             from ..device import Device
             from .gemm import make_gemm
@@ -44,6 +45,19 @@ class Backend:
         from .cpu_trainer import CpuTrainer
 
         return CpuTrainer(profile, cfg, spec, capital, seed)
+
+    def lane_trainer(self, i: int, cfg, spec, capital: float, seed: int, overrides=None):
+        """A GPU trainer on lane ``i`` (its own stream and cuBLAS handle): agent i of a population."""
+        from ..device import Device
+        from .gemm import make_gemm
+        from .trainer import DeviceTrainer
+
+        profile = self.sized(overrides)
+        while len(self.lanes) <= i:
+            lane: Device = self.device.lane()
+            self.lanes.append((lane, make_gemm(lane, profile.gemm, profile.math)))
+        lane, gemm = self.lanes[i]
+        return DeviceTrainer(lane, gemm, profile, cfg, spec, capital, seed)
 
     def describe(self) -> str:
         if self.kind == "gpu":

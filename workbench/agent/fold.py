@@ -40,16 +40,27 @@ def fold_seed(seed: int, k: int) -> int:
 def train_fold(k: int, prep, cfg, backend, test: bool = True, on_epoch=None):
     """Train the agent on the k-th fold of ``prep`` (``WalkForward.prepare``): the one path the
     walk-forward and the search share. ``test=False`` (the search) never backtests the test range."""
-    w = make_window(prep.bars, prep.feats, prep.folds.loc[k].to_dict())
+    w = fold_window(k, prep)
     trainer = backend.trainer(cfg.training, prep.spec, prep.account.capital, seed=fold_seed(cfg.seed, k),
                               overrides=cfg.gpu)
     return trainer.train_fold(w, on_epoch=on_epoch, test=test)
 
 
+def fold_window(k: int, prep):
+    """The k-th fold's window of ``prep`` (``WalkForward.prepare``)."""
+    return make_window(prep.bars, prep.feats, prep.folds.loc[k].to_dict())
+
+
 def run_dqn_fold(k: int, prep, cfg, backend, ranges: dict, on_epoch=None):
+    """Train and test the k-th fold alone (:func:`finish_dqn_fold` checks and reports it)."""
+    return finish_dqn_fold(k, prep, cfg, train_fold(k, prep, cfg, backend, on_epoch=on_epoch), ranges)
+
+
+def finish_dqn_fold(k: int, prep, cfg, res, ranges: dict):
+    """A trained fold's test range: the host accounting check, the account, metrics (the same for a fold
+    trained alone or in a population)."""
     bars, folds, spec, acct = prep.bars, prep.folds, prep.spec, prep.account
     fold = folds.loc[k].to_dict()
-    res = train_fold(k, prep, cfg, backend, on_epoch=on_epoch)
     a, b = int(fold["test_start"]), int(fold["test_stop"])
     test = bars.slice(a, b)
     close = test.column("close")

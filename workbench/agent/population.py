@@ -21,6 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..device import Device, Readback
+from ..errors import ConfigError
 from .loop import EpochStats, run_agents
 from .network import DeviceNetwork
 from .records import FoldTrainResult
@@ -52,7 +53,8 @@ class GpuPopulation:
     def setup(self) -> None:
         d, ts = self.device, self.trainers
         for t, w in zip(ts, self.windows):
-            t.allocate(w)
+            if t.state is None:  # a population planner may have allocated the first agent to measure it
+                t.allocate(w)
         d.wait_for(self.lanes)  # allocation, uploads and first resets before the first launch
         joint = lambda name: d.capture_lanes(self.lanes, [getattr(t, name) for t in ts])  # noqa: E731
         self.graphs = Graphs(experience=joint("_experience_step"), finish_rollout=joint("_finish_rollout"),
@@ -143,3 +145,65 @@ def _nbytes(v) -> int:
     if hasattr(v, "copy_to_host"):  # a device array
         return int(v.size) * int(v.dtype.itemsize)
     return 0
+
+
+def plan_size(device: Device, bytes_per_agent: int, requested: int, n: int) -> int:
+    """Agents per population for ``n`` folds when one agent (already allocated) holds ``bytes_per_agent``:
+    ``requested`` (refused with the figures when free memory cannot hold it), or with 0 as many as fit
+    in 90 % of the free device memory. The simulator has no memory figure: every fold at once."""
+    free = device.free_memory()
+    if device.simulator or bytes_per_agent <= 0:
+        return max(1, min(n, requested or n))
+    fit = 1 + int(0.9 * free // bytes_per_agent)  # the allocated agent plus those the free memory holds
+    if requested > fit:
+        raise ConfigError(f"gpu.population = {requested} needs ~{requested * bytes_per_agent / 2**30:.1f} GiB "
+                          f"({bytes_per_agent / 2**20:.0f} MiB per agent) but {(free + bytes_per_agent) / 2**30:.1f} "
+                          f"GiB is free for agents", f"use gpu.population <= {fit}, or 0 to choose from memory")
+    return max(1, min(n, requested or fit))
+
+
+def train_folds(ks: list[int], prep, cfg, backend, on_epoch=None, on_group=None):
+    """Train the folds ``ks`` of ``prep`` as populations on the GPU: yields ``(k, FoldTrainResult)`` in
+    ``ks`` order, group by group. Fold seeds and windows are those of the one-fold path
+    (:func:`workbench.agent.fold.train_fold`), so each fold's result is what it gets alone.
+    ``on_group(folds, size, bytes_per_agent)`` before each group trains; ``on_epoch(k, log)``."""
+    from .fold import fold_seed, fold_window
+
+    def make(i: int, k: int):
+        return backend.lane_trainer(i, cfg.training, prep.spec, prep.account.capital, fold_seed(cfg.seed, k),
+                                    overrides=cfg.gpu)
+
+    first = make(0, ks[0])
+    w0 = fold_window(ks[0], prep)
+    first.allocate(w0)
+    per_agent = agent_bytes(first)
+    size = plan_size(backend.device, per_agent, backend.sized(cfg.gpu).population, len(ks))
+    pending = [(first, w0)]
+    for g0 in range(0, len(ks), size):
+        group = ks[g0:g0 + size]
+        trainers, windows = [], []
+        for i, k in enumerate(group):
+            if pending:
+                t, w = pending.pop()
+            else:
+                t, w = make(i, k), fold_window(k, prep)
+            trainers.append(t)
+            windows.append(w)
+        if on_group:
+            on_group(group, size, per_agent)
+        cb = (lambda i, log: on_epoch(group[i], log)) if on_epoch else None
+        results = train_population(backend.device, trainers, windows, on_epoch=cb)
+        del trainers, windows
+        _release(backend.device)
+        yield from zip(group, results)
+
+
+def _release(device: Device) -> None:
+    """Free a finished group's buffers before the next group allocates."""
+    import gc
+
+    gc.collect()
+    if not device.simulator:
+        from cuda_kernels.nb import cuda
+
+        cuda.current_context().deallocations.clear()

@@ -172,6 +172,12 @@ class DeviceTrainer:
         nets.s.forward(lr.params, b.obs)
         nets.s2.forward(lr.params, b.obs_next)
         nets.t2.forward(lr.target, b.obs_next)
+        self._update_learn_tail(st)
+
+    def _update_learn_tail(self, st) -> None:
+        """Part 2 after the forwards: C51 loss, backward, grad norm."""
+        S, cfg = self.state, self.cfg
+        b, lr, nets, sh = S.batch, S.learner, S.nets, S.shape
         K_c51.c51_loss_kernel[K_c51.loss_launch(b.size, sh.atoms) + (st,)](
             nets.s.logp, nets.s2.q, nets.t2.logp, b.actions, b.ret, b.terminal, cfg.gamma ** cfg.n_step, cfg.v_min,
             cfg.v_max, sh.atoms, b.isw, 3, lr.branch_sizes, lr.branch_offsets, 1.0 / b.size, b.dhead, b.loss, b.size)
