@@ -80,9 +80,13 @@ def test_walkforward_trains_its_folds_as_one_population(bars, monkeypatch, tmp_p
     from workbench.config import load_config
     from workbench.rundir import RunDir
 
-    monkeypatch.setattr(G, "make_gemm", lambda *a, **k: HostGemm())
+    from cuda_kernels.nb import SIMULATOR
+
+    if SIMULATOR:  # the simulator's Numba GEMM costs ~0.6 s a launch
+        monkeypatch.setattr(G, "make_gemm", lambda *a, **k: HostGemm())
     gpu = BK.Backend("gpu")
-    gpu.gemm = HostGemm()
+    if SIMULATOR:
+        gpu.gemm = HostGemm()
     monkeypatch.setattr(E, "make_backend", lambda choice: gpu)
     cfg = load_config(None, ["training.epochs=2", "training.max_steps_per_epoch=1", "training.rollout_steps=2",
                              "training.n_step=1", "training.learning_starts=0", "training.episode_len=20",
