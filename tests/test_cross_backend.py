@@ -28,7 +28,7 @@ def test_update_steps_agree(bars):
     feats = build_features(bars)
     fold = dict(train_start=200, train_stop=700, val_start=720, val_stop=740, test_start=760, test_stop=780)
     w = make_window(bars, feats, fold)
-    prof = GpuProfile(hidden=8, atoms=5, batch=8, n_envs=4)
+    prof = GpuProfile(hidden=8, atoms=3, batch=8, n_envs=4)
     cfg = TrainConfig(rollout_steps=6, n_step=2, episode_len=30, learning_starts=0, replay_capacity=1024,
                       v_min=-2.0, v_max=2.0, lr=1e-3)
     device = Device()

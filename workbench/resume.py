@@ -50,8 +50,14 @@ def _flat(d: dict, prefix: str = "") -> dict:
     return out
 
 
+# Settings that change how a run is scheduled, never its results: a resume may change them (and a
+# run saved before one existed resumes).
+RESULT_NEUTRAL = frozenset({"gpu.population"})
+
+
 def check_config(saved_text: str, cfg, run: Path) -> None:
-    """Refuse a resume whose config differs from the run's, naming every changed key: old -> new."""
+    """Refuse a resume whose config differs from the run's, naming every changed key: old -> new (keys
+    in :data:`RESULT_NEUTRAL` may differ)."""
     if saved_text == to_toml(cfg):
         return
     try:
@@ -60,6 +66,9 @@ def check_config(saved_text: str, cfg, run: Path) -> None:
         old = {}
     new = _flat(to_dict(cfg))
     changed = [f"{k}: {old.get(k, '(absent)')!r} -> {new.get(k, '(absent)')!r}" for k in sorted(set(old) | set(new))
-               if old.get(k) != new.get(k) and not (isinstance(old.get(k), list) and tuple(old[k]) == new.get(k))]
+               if old.get(k) != new.get(k) and not (isinstance(old.get(k), list) and tuple(old[k]) == new.get(k))
+               and k not in RESULT_NEUTRAL]
+    if not changed:
+        return
     raise ConfigError(f"cannot resume {run}: the config differs from the run's: " + ("; ".join(changed) or "format"),
                       "resume with --config RUN/config.toml and no other overrides")
