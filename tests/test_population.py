@@ -100,3 +100,54 @@ def test_walkforward_trains_its_folds_as_one_population(bars, monkeypatch, tmp_p
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["population"]["folds_per_graph"] == 2 and summary["population"]["groups"] == 1
     assert (tmp_path / "run" / "fold_002" / "weights.npy").is_file()
+
+
+POP_BOUNDS = """
+[swarm]
+particles = 2
+seed = 4
+folds = [1]
+[bounds.lr]
+type = "float"
+low = 1e-4
+high = 1e-3
+scale = "log"
+"""
+
+
+@pytest.mark.slow
+def test_a_swarm_iteration_trains_as_one_population(bars, monkeypatch, tmp_path):
+    """The search's GPU path (here the simulator): an iteration's particles train side by side and each
+    trial's score is exactly the one the particle gets alone."""
+    import json
+
+    from conftest import HostGemm
+
+    from cuda_kernels.nb import SIMULATOR
+    from workbench.agent import backend as BK
+    from workbench.agent import gemm as G
+    from workbench.config import load_config
+    from workbench.hyperopt import search as HS
+    from workbench.hyperopt.bounds import HyperoptProfile
+
+    if SIMULATOR:
+        monkeypatch.setattr(G, "make_gemm", lambda *a, **k: HostGemm())
+    gpu = BK.Backend("gpu")
+    if SIMULATOR:
+        gpu.gemm = HostGemm()
+    monkeypatch.setattr(HS, "make_backend", lambda choice: gpu)
+    cfg = load_config(None, ["training.epochs=1", "training.max_steps_per_epoch=1", "training.rollout_steps=2",
+                             "training.n_step=1", "training.learning_starts=0", "training.episode_len=20",
+                             "training.replay_capacity=1024", "splits.train=400", "splits.val=6", "splits.test=6",
+                             "splits.max_folds=1", "gpu.hidden=8", "gpu.atoms=2", "gpu.batch=4", "gpu.n_envs=2",
+                             'device="gpu"'])
+    path = tmp_path / "b.toml"
+    path.write_text(POP_BOUNDS)
+    (tmp_path / "s").mkdir()
+    search = HS.Search(cfg, HyperoptProfile(path), bars, tmp_path / "s")
+    log = search.run(2)
+    assert list(log["status"]) == ["ok", "ok"] and list(log["trial"]) == [1, 2]
+    assert log.loc[0, "seconds"] == log.loc[1, "seconds"]  # one population: one wall time for both
+    alone, status, hourly = search.evaluate({"lr": float(log.loc[0, "p_lr"])})  # particle 1, one fold alone
+    assert status == "ok" and json.loads(log.loc[0, "val_sharpes"]) == pytest.approx(alone, abs=0, rel=0, nan_ok=True)
+    assert json.loads(log.loc[0, "val_pnl_hourly"]) == hourly

@@ -163,39 +163,61 @@ def plan_size(device: Device, bytes_per_agent: int, requested: int, n: int) -> i
 
 
 def train_folds(ks: list[int], prep, cfg, backend, on_epoch=None, on_group=None):
-    """Train the folds ``ks`` of ``prep`` as populations on the GPU: yields ``(k, FoldTrainResult)`` in
-    ``ks`` order, group by group. Fold seeds and windows are those of the one-fold path
-    (:func:`workbench.agent.fold.train_fold`), so each fold's result is what it gets alone.
-    ``on_group(folds, size, bytes_per_agent)`` before each group trains; ``on_epoch(k, log)``."""
+    """Train the folds ``ks`` of ``prep`` as populations on the GPU: yields ``(k, FoldTrainResult)``
+    group by group (see :func:`train_jobs`); ``on_epoch(k, log)``."""
+    cb = (lambda j, log: on_epoch(ks[j], log)) if on_epoch else None
+    grp = (lambda js, size, per_agent: on_group([ks[j] for j in js], size, per_agent)) if on_group else None
+    for j, res in train_jobs([(k, cfg) for k in ks], prep, backend, on_epoch=cb, on_group=grp):
+        yield ks[j], res
+
+
+def group_key(cfg, backend) -> tuple:
+    """Agents that can share a population: the same schedule (:func:`schedule_key`) and sizes, so one
+    agent's measured memory holds for every agent of the group."""
+    prof = backend.sized(cfg.gpu)
+    return (schedule_key(cfg.training, prof.n_envs), prof.hidden, prof.atoms, prof.batch, prof.n_envs,
+            cfg.training.replay_capacity)
+
+
+def train_jobs(jobs: list[tuple[int, object]], prep, backend, test: bool = True, on_epoch=None, on_group=None):
+    """Train ``jobs`` (fold k of ``prep`` with run config ``cfg`` each) as populations on the GPU: jobs
+    of one :func:`group_key` train together, as many per population as ``gpu.population`` says or free
+    memory holds (:func:`plan_size`). Fold seeds and windows are those of the one-fold path
+    (:func:`workbench.agent.fold.train_fold`), so each job's result is what it gets alone. Yields
+    ``(job index, FoldTrainResult)`` group by group; ``on_group(job indices, size, bytes per agent)``
+    before each population trains; ``on_epoch(job index, log)``; ``test=False`` (the search) never
+    backtests the test ranges."""
     from .fold import fold_seed, fold_window
 
-    def make(i: int, k: int):
+    def make(i: int, j: int):
+        k, cfg = jobs[j]
         return backend.lane_trainer(i, cfg.training, prep.spec, prep.account.capital, fold_seed(cfg.seed, k),
                                     overrides=cfg.gpu)
 
-    first = make(0, ks[0])
-    w0 = fold_window(ks[0], prep)
-    first.allocate(w0)
-    per_agent = agent_bytes(first)
-    size = plan_size(backend.device, per_agent, backend.sized(cfg.gpu).population, len(ks))
-    pending = [(first, w0)]
-    for g0 in range(0, len(ks), size):
-        group = ks[g0:g0 + size]
-        trainers, windows = [], []
-        for i, k in enumerate(group):
-            if pending:
-                t, w = pending.pop()
-            else:
-                t, w = make(i, k), fold_window(k, prep)
-            trainers.append(t)
-            windows.append(w)
-        if on_group:
-            on_group(group, size, per_agent)
-        cb = (lambda i, log: on_epoch(group[i], log)) if on_epoch else None
-        results = train_population(backend.device, trainers, windows, on_epoch=cb)
-        del trainers, windows
-        _release(backend.device)
-        yield from zip(group, results)
+    groups: dict[tuple, list[int]] = {}
+    for j, (_k, cfg) in enumerate(jobs):
+        groups.setdefault(group_key(cfg, backend), []).append(j)
+    for members in groups.values():
+        first = make(0, members[0])
+        w0 = fold_window(jobs[members[0]][0], prep)
+        first.allocate(w0)
+        per_agent = agent_bytes(first)
+        size = plan_size(backend.device, per_agent, backend.sized(jobs[members[0]][1].gpu).population, len(members))
+        pending = [(first, w0)]
+        for g0 in range(0, len(members), size):
+            group = members[g0:g0 + size]
+            trainers, windows = [], []
+            for i, j in enumerate(group):
+                t, w = pending.pop() if pending else (make(i, j), fold_window(jobs[j][0], prep))
+                trainers.append(t)
+                windows.append(w)
+            if on_group:
+                on_group(group, size, per_agent)
+            cb = (lambda i, log, group=group: on_epoch(group[i], log)) if on_epoch else None
+            results = train_population(backend.device, trainers, windows, on_epoch=cb, test=test)
+            del trainers, windows
+            _release(backend.device)
+            yield from zip(group, results)
 
 
 def _release(device: Device) -> None:

@@ -9,6 +9,11 @@ particle, the unit-cube coordinates (``u_*``), the decoded values, each fold's v
 the mean, seconds and status. A resumed search replays the completed iterations' scores into a
 swarm built from the same seed and checks that it proposes the logged positions again.
 
+On a GPU in this process the particles of one iteration train side by side: every (particle,
+scored fold) is one agent of a population (:func:`workbench.agent.population.train_jobs`, grouped
+by schedule and size; ``gpu.population = 1`` turns it off); each trial's score is the one it gets
+alone, and its ``seconds`` is the population's wall time.
+
 The particles of one iteration are independent jobs: with an executor (``--workers`` /
 ``--scheduler``, :mod:`workbench.executor`) they train side by side, each logged as it finishes
 (the log is kept in trial order), and the swarm moves once the whole iteration is in. A trial's
@@ -56,16 +61,23 @@ def evaluate_candidate(base: RunConfig, values: dict, bars, score_folds, backend
         from ..engine import worker_context
 
         prep, backend = worker_context(base, bars)
-    bars, folds = prep.bars, prep.folds
     sharpes, hourly = [], []
     for label in score_folds:  # fold numbers, from 1
-        k = label - 1
-        res = train_fold(k, prep, cfg, backend, test=False,
+        res = train_fold(label - 1, prep, cfg, backend, test=False,
                          on_epoch=(lambda log, f=label: on_epoch(f, log, cfg.training.epochs)) if on_epoch else None)
-        sharpes.append(res.epochs[res.best_epoch - 1].val_sharpe if res.best_epoch >= 1 else float("nan"))
-        when = bars.frame.index[int(folds.loc[k, "val_start"]):int(folds.loc[k, "val_stop"])]
-        hourly.extend(pd.Series(res.val_pnl, index=when).groupby(when.floor("h")).sum().tolist())
+        sharpe, pnl = fold_score(prep, label - 1, res)
+        sharpes.append(sharpe)
+        hourly.extend(pnl)
     return sharpes, "ok", hourly
+
+
+def fold_score(prep, k: int, res) -> tuple[float, list[float]]:
+    """A trained fold's score: the validation Sharpe of its chosen epoch, and its validation PnL (USD)
+    summed per hour (the overfitting statistics' input)."""
+    folds = prep.folds
+    sharpe = res.epochs[res.best_epoch - 1].val_sharpe if res.best_epoch >= 1 else float("nan")
+    when = prep.bars.frame.index[int(folds.loc[k, "val_start"]):int(folds.loc[k, "val_stop"])]
+    return sharpe, pd.Series(res.val_pnl, index=when).groupby(when.floor("h")).sum().tolist()
 
 
 class Search:
@@ -122,6 +134,65 @@ class Search:
             report = lambda fold, log, n_epochs: self.progress.epoch(trial, fold, n, log, n_epochs)  # noqa: E731
         return evaluate_candidate(self.base, values, self.bars, self.score_folds, self.backend, self.prep, report)
 
+    def _record_trial(self, it: int, p: int, positions, values: dict, out, seconds: float) -> None:
+        names, P = self.profile.names, self.profile.swarm.particles
+        sharpes, status, hourly = out if isinstance(out, tuple) else (
+            [float("nan")] * len(self.score_folds), f"failed: {out}", [])
+        fin = [s for s in sharpes if np.isfinite(s)]
+        row = {"trial": it * P + p + 1, "iteration": it, "particle": p,  # trials counted from 1
+               **{f"u_{n}": float(u) for n, u in zip(names, positions[p])},
+               **{f"p_{n}": v for n, v in values[p].items()},
+               "val_sharpes": json.dumps(sharpes), "mean_val_sharpe": float(np.mean(fin)) if len(fin) == len(sharpes) else float("nan"),
+               "val_pnl_hourly": json.dumps(hourly), "seconds": seconds, "status": status}
+        self.rows.append(row)
+        self._write_log()
+        if self.progress:
+            self.progress.trial(row, self.best_row())
+
+    # ---- populations: an iteration's particles side by side on the GPU ----
+    def _populations(self, n_trials: int) -> bool:
+        b = self.backend
+        return (self.executor.live_progress and b is not None and b.kind == "gpu" and n_trials > 1
+                and b.sized(self.base.gpu).population != 1)
+
+    def _evaluate_together(self, todo: list[int], values: dict, it: int) -> dict:
+        """Every (particle, scored fold) of an iteration trained in populations
+        (:func:`workbench.agent.population.train_jobs`: grouped by schedule and size); each particle's
+        outcome is the one :func:`evaluate_candidate` gives it alone. ``seconds`` of these trials is the
+        iteration's wall time (they trained together)."""
+        from ..agent.population import train_jobs
+
+        n, P = len(self.score_folds), self.profile.swarm.particles
+        out, jobs, owner = {}, [], []
+        for p in todo:
+            try:
+                cfg = candidate_config(self.base, values[p])
+            except ConfigError as exc:
+                out[p] = ([float("nan")] * n, f"invalid: {exc.message}", [])
+                continue
+            for label in self.score_folds:
+                jobs.append((label - 1, cfg))
+                owner.append((p, label))
+        report = None
+        if self.progress is not None and hasattr(self.progress, "epoch"):
+            def report(j, log):
+                p, label = owner[j]
+                self.progress.epoch(it * P + p + 1, label, n, log, jobs[j][1].training.epochs)
+        scores: dict[int, tuple] = {}
+        try:
+            for j, res in train_jobs(jobs, self.prep, self.backend, test=False, on_epoch=report):
+                scores[j] = fold_score(self.prep, jobs[j][0], res)
+        except ConfigError:
+            raise
+        except Exception as exc:  # noqa: BLE001 (as a worker's failure: the trials fail, the search goes on)
+            for p in {p for p, _ in owner} - set(out):
+                out[p] = f"{type(exc).__name__}: {exc}"
+            return dict(sorted(out.items()))
+        for p in dict.fromkeys(p for p, _ in owner):
+            mine = [scores[j] for j, (q, _) in enumerate(owner) if q == p]
+            out[p] = ([s for s, _ in mine], "ok", [h for _, pnl in mine for h in pnl])
+        return dict(sorted(out.items()))
+
     def _write_log(self) -> None:
         tmp = self.log_path.with_name(".trials.parquet.tmp")
         pd.DataFrame(sorted(self.rows, key=lambda r: r["trial"])).to_parquet(tmp)
@@ -142,21 +213,15 @@ class Search:
             else:
                 fn, jobs = evaluate_candidate, [(self.base, values[p], shared, self.score_folds) for p in todo]
             t0: dict[int, float] = {}
-            for i, out in ex.imap_unordered(fn, jobs, on_start=lambda i: t0.__setitem__(i, time.perf_counter())):
-                p = todo[i]
-                sharpes, status, hourly = out if isinstance(out, tuple) else (
-                    [float("nan")] * len(self.score_folds), f"failed: {out}", [])
-                fin = [s for s in sharpes if np.isfinite(s)]
-                row = {"trial": it * P + p + 1, "iteration": it, "particle": p,  # trials counted from 1
-                       **{f"u_{n}": float(u) for n, u in zip(names, positions[p])},
-                       **{f"p_{n}": v for n, v in values[p].items()},
-                       "val_sharpes": json.dumps(sharpes), "mean_val_sharpe": float(np.mean(fin)) if len(fin) == len(sharpes) else float("nan"),
-                       "val_pnl_hourly": json.dumps(hourly),
-                       "seconds": time.perf_counter() - t0.get(i, time.perf_counter()), "status": status}
-                self.rows.append(row)
-                self._write_log()
-                if self.progress:
-                    self.progress.trial(row, self.best_row())
+            if self._populations(len(todo)):
+                start = time.perf_counter()
+                outs = self._evaluate_together(todo, values, it)
+                took = time.perf_counter() - start  # trained together: each trial's seconds is the population's
+                for p, out in outs.items():
+                    self._record_trial(it, p, positions, values, out, took)
+            else:
+                for i, out in ex.imap_unordered(fn, jobs, on_start=lambda i: t0.__setitem__(i, time.perf_counter())):
+                    self._record_trial(it, todo[i], positions, values, out, time.perf_counter() - t0.get(i, time.perf_counter()))
             block = [r for r in self.rows if r["iteration"] == it]
             if len(block) == P:
                 block.sort(key=lambda r: r["particle"])
