@@ -10,8 +10,34 @@ if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
     # the default 5 ms GIL switch interval the polling thread starves them (a block with barriers costs
     # ~0.8 s). A 50 us interval hands the GIL over sooner: 4-6x faster barrier-heavy kernels, same results.
     import sys
+    import threading
+    import traceback
 
     sys.setswitchinterval(5e-5)
+
+    # ... which widens a race in the simulator's cuda.shared.array (numba-cuda 0.30): a block's threads
+    # look up the block's array by the calling line and create it when absent, unlocked, so two threads
+    # can each create their own "shared" array and read the other's writes as uninitialised memory
+    # (seen as 1e32 gradients). The same lookup under a lock:
+    from numba.cuda.simulator import kernelapi as _sim
+
+    _shared_lock = threading.Lock()
+    _unlocked_array = _sim.FakeCUDAShared.array
+
+    def _locked_shared_array(self, shape, dtype, alignment=None):
+        if shape == 0 or alignment is not None:  # dynamic shared memory, or the simulator's refusal
+            return _unlocked_array(self, shape, dtype, alignment)
+        caller = tuple(traceback.extract_stack(sys._getframe(1), limit=1)[-1][0:2])  # the kernel's line
+        with _shared_lock:
+            arr = self._allocations.get(caller)
+            if arr is None:
+                import numpy
+
+                arr = numpy.empty(shape, _sim.numpy_support.as_dtype(dtype) if isinstance(dtype, _sim.types.Type) else dtype)
+                self._allocations[caller] = arr
+        return arr
+
+    _sim.FakeCUDAShared.array = _locked_shared_array
 from pathlib import Path
 
 import numpy as np
