@@ -129,12 +129,11 @@ def kernel(signature):
     return wrap
 
 
-def load_kernels(kernels=None) -> int:
-    """Load ``kernels`` (every declared kernel by default) into the current context; returns how many."""
-    todo = KERNELS if kernels is None else kernels
-    for k in todo:
+def load_kernels() -> int:
+    """Load every declared kernel into the current context (:meth:`Kernel.load`); returns how many."""
+    for k in KERNELS:
         k.load()
-    return len(todo)
+    return len(KERNELS)
 
 
 def device_function(fn):

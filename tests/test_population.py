@@ -66,33 +66,39 @@ def test_a_population_refuses_agents_of_different_schedules(bars, fold_gemm):
         GpuPopulation(device, [mk(_cfg())], [w, w])
 
 
+def _tiny_gpu_run(monkeypatch, module, max_folds: int):
+    """A GPU backend (the simulator in CI, with the NumPy GEMM: its Numba GEMM costs ~0.6 s a launch)
+    handed to ``module``'s make_backend, and a run config of tiny sizes on it."""
+    from conftest import HostGemm
+
+    from cuda_kernels.nb import SIMULATOR
+    from workbench.agent import backend as BK
+    from workbench.agent import gemm as G
+    from workbench.config import load_config
+
+    if SIMULATOR:
+        monkeypatch.setattr(G, "make_gemm", lambda *a, **k: HostGemm())
+    gpu = BK.Backend("gpu")
+    if SIMULATOR:
+        gpu.gemm = HostGemm()
+    monkeypatch.setattr(module, "make_backend", lambda choice: gpu)
+    return load_config(None, ["training.epochs=1", "training.max_steps_per_epoch=1", "training.rollout_steps=2",
+                              "training.n_step=1", "training.learning_starts=0", "training.episode_len=20",
+                              "training.replay_capacity=1024", "splits.train=400", "splits.val=6", "splits.test=6",
+                              f"splits.max_folds={max_folds}", "gpu.hidden=8", "gpu.atoms=2", "gpu.batch=4",
+                              "gpu.n_envs=2", 'device="gpu"'])
+
+
 @pytest.mark.slow
 def test_walkforward_trains_its_folds_as_one_population(bars, monkeypatch, tmp_path):
     """The engine's GPU path (here the simulator, a NumPy GEMM): several folds train side by side,
     each is checked against simulate() and written as it would be alone, and summary.json states the plan."""
     import json
 
-    from conftest import HostGemm
-
     import workbench.engine as E
-    from workbench.agent import backend as BK
-    from workbench.agent import gemm as G
-    from workbench.config import load_config
     from workbench.rundir import RunDir
 
-    from cuda_kernels.nb import SIMULATOR
-
-    if SIMULATOR:  # the simulator's Numba GEMM costs ~0.6 s a launch
-        monkeypatch.setattr(G, "make_gemm", lambda *a, **k: HostGemm())
-    gpu = BK.Backend("gpu")
-    if SIMULATOR:
-        gpu.gemm = HostGemm()
-    monkeypatch.setattr(E, "make_backend", lambda choice: gpu)
-    cfg = load_config(None, ["training.epochs=1", "training.max_steps_per_epoch=1", "training.rollout_steps=2",
-                             "training.n_step=1", "training.learning_starts=0", "training.episode_len=20",
-                             "training.replay_capacity=1024", "splits.train=400", "splits.val=6", "splits.test=6",
-                             "splits.max_folds=2", "gpu.hidden=8", "gpu.atoms=2", "gpu.batch=4", "gpu.n_envs=2",
-                             'device="gpu"'])
+    cfg = _tiny_gpu_run(monkeypatch, E, max_folds=2)
     with RunDir(tmp_path / "run") as run_dir:
         result = E.WalkForward(cfg).run(bars, progress=None, run_dir=run_dir)
     assert [f.ok for f in result.fold_results] == [True, True]
@@ -121,26 +127,10 @@ def test_a_swarm_iteration_trains_as_one_population(bars, monkeypatch, tmp_path)
     trial's score is exactly the one the particle gets alone."""
     import json
 
-    from conftest import HostGemm
-
-    from cuda_kernels.nb import SIMULATOR
-    from workbench.agent import backend as BK
-    from workbench.agent import gemm as G
-    from workbench.config import load_config
     from workbench.hyperopt import search as HS
     from workbench.hyperopt.bounds import HyperoptProfile
 
-    if SIMULATOR:
-        monkeypatch.setattr(G, "make_gemm", lambda *a, **k: HostGemm())
-    gpu = BK.Backend("gpu")
-    if SIMULATOR:
-        gpu.gemm = HostGemm()
-    monkeypatch.setattr(HS, "make_backend", lambda choice: gpu)
-    cfg = load_config(None, ["training.epochs=1", "training.max_steps_per_epoch=1", "training.rollout_steps=2",
-                             "training.n_step=1", "training.learning_starts=0", "training.episode_len=20",
-                             "training.replay_capacity=1024", "splits.train=400", "splits.val=6", "splits.test=6",
-                             "splits.max_folds=1", "gpu.hidden=8", "gpu.atoms=2", "gpu.batch=4", "gpu.n_envs=2",
-                             'device="gpu"'])
+    cfg = _tiny_gpu_run(monkeypatch, HS, max_folds=1)
     path = tmp_path / "b.toml"
     path.write_text(POP_BOUNDS)
     (tmp_path / "s").mkdir()

@@ -19,7 +19,7 @@ from .account import Account, account_for
 from .accounting import simulate
 from .agent.backend import make_backend
 from .agent.fold import finish_dqn_fold, run_dqn_fold
-from .agent.population import train_folds
+from .agent.population import side_by_side, train_folds
 from .baselines import STRATEGIES, baseline_targets
 from .config import RunConfig, to_toml
 from .dashboard import resolve_progress
@@ -96,13 +96,6 @@ def rule_fold(cfg, k: int, prep: Prepared, ranges: dict) -> FoldResult:
     if not np.isfinite(m["net_pnl_usd"]):
         raise ArithmeticError(f"fold {k}: non-finite PnL")
     return FoldResult(k + 1, cfg.strategy.name, sim.frame(), sim.trades, m, ranges)
-
-
-def populations(cfg, backend, here: bool, agent: bool, n_folds: int) -> bool:
-    """Whether this run trains its folds side by side on the GPU: the agent, in this process, on a GPU
-    backend, more than one fold to train, and ``gpu.population`` (or the profile's) not 1."""
-    return (here and agent and backend is not None and backend.kind == "gpu" and n_folds > 1
-            and backend.sized(cfg.gpu).population != 1)
 
 
 _WORKER_CACHE: dict = {}
@@ -210,7 +203,7 @@ class WalkForward:
                 progress.fold_finished(res, time.perf_counter() - started.get(k, time.perf_counter()))
 
         plan: dict = {}
-        if populations(cfg, backend, here, agent, len(todo)):
+        if agent and side_by_side(backend, cfg.gpu, here, len(todo)):
             self._run_populations(todo, prep, backend, ranges, progress, started, finished, plan)
             todo = []  # every fold done, in populations
         if here:

@@ -110,7 +110,6 @@ class GpuPopulation:
         self.trainers[i].keep()
 
     def kept(self, i: int) -> np.ndarray:
-        self.trainers[i].device.synchronize()
         return self.trainers[i].kept()
 
     def val_pnl(self, i: int) -> np.ndarray:
@@ -145,6 +144,14 @@ def _nbytes(v) -> int:
     if hasattr(v, "copy_to_host"):  # a device array
         return int(v.size) * int(v.dtype.itemsize)
     return 0
+
+
+def side_by_side(backend, gpu_overrides, in_process: bool, n_jobs: int) -> bool:
+    """Whether ``n_jobs`` trainings (folds of a walk-forward, agents of a swarm iteration) run as
+    populations: in this process, on a GPU backend, more than one, and ``gpu.population`` (or the
+    profile's) not 1."""
+    return (in_process and backend is not None and backend.kind == "gpu" and n_jobs > 1
+            and backend.sized(gpu_overrides).population != 1)
 
 
 def plan_size(device: Device, bytes_per_agent: int, requested: int, n: int) -> int:

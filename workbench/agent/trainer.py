@@ -338,6 +338,7 @@ class DeviceTrainer:
         lr.best.copy_to_device(lr.params, stream=self.device.stream)
 
     def kept(self) -> np.ndarray:
+        self.device.synchronize()  # keep() copied on this (non-blocking) stream; the copy back does not wait on it
         return self.state.learner.best.copy_to_host()
 
     def _backtest_kept(self, rng: tuple[int, int], dev_range) -> tuple[np.ndarray, np.ndarray]:

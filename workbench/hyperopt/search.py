@@ -33,6 +33,7 @@ import pandas as pd
 from ..agent.backend import make_backend
 from ..agent.train_config import validate
 from ..agent.fold import train_fold
+from ..agent.population import side_by_side, train_jobs
 from ..config import RunConfig
 from ..errors import ConfigError
 from .bounds import GPU_KEYS, HyperoptProfile
@@ -150,18 +151,11 @@ class Search:
             self.progress.trial(row, self.best_row())
 
     # ---- populations: an iteration's particles side by side on the GPU ----
-    def _populations(self, n_trials: int) -> bool:
-        b = self.backend
-        return (self.executor.live_progress and b is not None and b.kind == "gpu" and n_trials > 1
-                and b.sized(self.base.gpu).population != 1)
-
     def _evaluate_together(self, todo: list[int], values: dict, it: int) -> dict:
         """Every (particle, scored fold) of an iteration trained in populations
         (:func:`workbench.agent.population.train_jobs`: grouped by schedule and size); each particle's
         outcome is the one :func:`evaluate_candidate` gives it alone. ``seconds`` of these trials is the
         iteration's wall time (they trained together)."""
-        from ..agent.population import train_jobs
-
         n, P = len(self.score_folds), self.profile.swarm.particles
         out, jobs, owner = {}, [], []
         for p in todo:
@@ -199,7 +193,7 @@ class Search:
         os.replace(tmp, self.log_path)
 
     def run(self, trials: int) -> pd.DataFrame:
-        names, P = self.profile.names, self.profile.swarm.particles
+        P = self.profile.swarm.particles
         ex = self.executor
         shared = None if ex.live_progress else ex.share(self.bars)
         while len(self.rows) < trials:
@@ -208,18 +202,18 @@ class Search:
             done = {r["particle"] for r in self.rows if r["iteration"] == it}
             todo = [p for p in range(P) if p not in done][: trials - len(self.rows)]
             values = {p: self.profile.decode(positions[p]) for p in todo}
-            if ex.live_progress:
-                fn, jobs = self.evaluate, [(values[p], it * P + p + 1) for p in todo]
-            else:
-                fn, jobs = evaluate_candidate, [(self.base, values[p], shared, self.score_folds) for p in todo]
-            t0: dict[int, float] = {}
-            if self._populations(len(todo)):
+            if side_by_side(self.backend, self.base.gpu, ex.live_progress, len(todo)):
                 start = time.perf_counter()
                 outs = self._evaluate_together(todo, values, it)
                 took = time.perf_counter() - start  # trained together: each trial's seconds is the population's
                 for p, out in outs.items():
                     self._record_trial(it, p, positions, values, out, took)
             else:
+                if ex.live_progress:
+                    fn, jobs = self.evaluate, [(values[p], it * P + p + 1) for p in todo]
+                else:
+                    fn, jobs = evaluate_candidate, [(self.base, values[p], shared, self.score_folds) for p in todo]
+                t0: dict[int, float] = {}
                 for i, out in ex.imap_unordered(fn, jobs, on_start=lambda i: t0.__setitem__(i, time.perf_counter())):
                     self._record_trial(it, todo[i], positions, values, out, time.perf_counter() - t0.get(i, time.perf_counter()))
             block = [r for r in self.rows if r["iteration"] == it]
