@@ -90,22 +90,31 @@ def _tiny_gpu_run(monkeypatch, module, max_folds: int):
 
 
 @pytest.mark.slow
-def test_walkforward_trains_its_folds_as_one_population(bars, monkeypatch, tmp_path):
-    """The engine's GPU path (here the simulator, a NumPy GEMM): several folds train side by side,
-    each is checked against simulate() and written as it would be alone, and summary.json states the plan."""
+def test_walkforward_trains_its_folds_and_seeds_as_one_population(bars, monkeypatch, tmp_path):
+    """The engine's GPU path (here the simulator, a NumPy GEMM): a fold's two seeds train side by side
+    (folds of different windows side by side: the test above); the fold is checked against simulate() and
+    written as it would be alone, a seed trains exactly as it does alone, and summary.json states the plan."""
+    import dataclasses
     import json
 
     import workbench.engine as E
+    from workbench.agent.fold import train_fold
     from workbench.rundir import RunDir
 
-    cfg = _tiny_gpu_run(monkeypatch, E, max_folds=2)
+    cfg = _tiny_gpu_run(monkeypatch, E, max_folds=1)
+    cfg = dataclasses.replace(cfg, training=dataclasses.replace(cfg.training, seeds=2))
     with RunDir(tmp_path / "run") as run_dir:
         result = E.WalkForward(cfg).run(bars, progress=None, run_dir=run_dir)
-    assert [f.ok for f in result.fold_results] == [True, True]
-    assert all(f.epochs[0]["ms"]["agents_per_launch"] == 2 for f in result.fold_results)
+    assert [f.ok for f in result.fold_results] == [True]
+    assert all(e["ms"]["agents_per_launch"] == 2 for f in result.fold_results for e in f.epochs)
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
-    assert summary["population"]["folds_per_graph"] == 2 and summary["population"]["groups"] == 1
-    assert (tmp_path / "run" / "fold_002" / "weights.npy").is_file()
+    assert summary["population"]["agents_per_graph"] == 2 and summary["population"]["groups"] == 1
+    assert summary["seeds"]["seeds"] == 2
+    assert (tmp_path / "run" / "fold_001" / "seed_01_bars.parquet").is_file()
+    prep = E.WalkForward(cfg).prepare(bars)
+    alone = train_fold(0, prep, cfg, E.make_backend("gpu"), s=1)  # the second seed, one agent
+    assert np.array_equal(result.fold_results[0].params[1], alone.params)
+    assert np.array_equal(result.fold_results[0].members[1].bars["position"].to_numpy(), alone.test_position)
 
 
 POP_BOUNDS = """

@@ -149,6 +149,10 @@ class PlainProgress:
         m = res.metrics
         chosen = (f" chosen epoch {m['best_epoch']} by {m['selected_by']} {_fmt(m.get('best_val_score'), '.2f')}"
                   if "best_epoch" in m else "")
+        if "seed_best_epochs" in m:  # a seed ensemble
+            chosen = (f" ensemble of {m['seeds']} seeds (epochs {'/'.join(map(str, m['seed_best_epochs']))} by "
+                      f"{m['selected_by']}); seeds alone: sharpe mean {_fmt(m['seed_sharpe_mean'], '.2f')} "
+                      f"sd {_fmt(m['seed_sharpe_sd'], '.2f')}")
         self._say(f"fold {res.fold}/{self.n} done in {seconds:.2f}s: net_pnl_usd={m['net_pnl_usd']:.2f} "
                   f"sharpe={_fmt(m['sharpe'], '.2f')} ({m['days']} days{', FEW' if m.get('few_days') else ''}) "
                   f"trades={m['trades']}{' RUINED' if m.get('ruined') else ''}{chosen} | {self.eta.text()}")
@@ -241,7 +245,8 @@ class LiveDashboard(PlainProgress):
             m = res.metrics
             sharpe = _fmt(m["sharpe"], ".2f") + f" ({m['days']} d{', few' if m.get('few_days') else ''})"
             row[2:] = ["RUINED" if m.get("ruined") else "done", f"{m['net_pnl_usd']:,.0f}", sharpe,
-                       str(m["trades"]), str(m.get("best_epoch", "")), f"{seconds:.2f}"]
+                       str(m["trades"]), str(m.get("best_epoch", "/".join(map(str, m.get("seed_best_epochs", ()))))),
+                       f"{seconds:.2f}"]
         else:
             row[2:] = ["failed", "", "", "", "", f"{seconds:.2f}"]
         self._refresh()

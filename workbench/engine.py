@@ -18,7 +18,8 @@ from . import metrics as M
 from .account import Account, account_for
 from .accounting import simulate
 from .agent.backend import make_backend
-from .agent.fold import finish_dqn_fold, run_dqn_fold
+from .agent.ensemble import finish_fold
+from .agent.fold import run_dqn_fold
 from .agent.population import side_by_side, train_folds
 from .baselines import STRATEGIES, baseline_targets
 from .config import RunConfig, to_toml
@@ -203,7 +204,7 @@ class WalkForward:
                 progress.fold_finished(res, time.perf_counter() - started.get(k, time.perf_counter()))
 
         plan: dict = {}
-        if agent and side_by_side(backend, cfg.gpu, here, len(todo)):
+        if agent and side_by_side(backend, cfg.gpu, here, len(todo) * cfg.training.seeds):
             self._run_populations(todo, prep, backend, ranges, progress, started, finished, plan)
             todo = []  # every fold done, in populations
         if here:
@@ -239,7 +240,9 @@ class WalkForward:
                                                 "fold_backends": sorted({str(f.metrics.get("backend", "host"))
                                                                          for f in results if f.ok}),
                                                 **({"population": plan} if plan else {}),
-                                                "stitched_oos": summary, "baselines": result.baselines,
+                                                "stitched_oos": summary,
+                                                **({"seeds": result.seed_summary()} if result.seed_results else {}),
+                                                "baselines": result.baselines,
                                                 "folds": result.to_frame().to_dict(orient="records")})
         if progress:
             progress.finish(summary)
@@ -253,22 +256,29 @@ class WalkForward:
 
         def on_group(group, size, per_agent):
             requested = backend.sized(cfg.gpu).population
-            plan.update(folds_per_graph=size, device_mib_per_fold=round(per_agent / 2**20, 1),
+            plan.update(agents_per_graph=size, seeds_per_fold=cfg.training.seeds,
+                        device_mib_per_agent=round(per_agent / 2**20, 1),
                         chosen_by="gpu.population" if requested else "free device memory (gpu.population = 0)",
                         groups=plan.get("groups", 0) + 1)
-            for k in group:
+            for k in dict.fromkeys(group):  # a fold's seeds are one fold on screen
+                if k in started:
+                    continue
                 started[k] = time.perf_counter()
                 if progress:
                     progress.fold_started(k, ranges[k])
 
-        on_epoch = (lambda k, log: progress.epoch(k, log, cfg.training.epochs)) if progress else None
-        left = list(todo)
+        on_epoch = (lambda k, s, log: progress.epoch(k, log, cfg.training.epochs) if s == 0 else None) if progress else None
+        left, seeds = list(todo), {k: {} for k in todo}
         try:
-            for k, trained in train_folds(todo, prep, cfg, backend, on_epoch, on_group):
+            for k, s, trained in train_folds(todo, prep, cfg, backend, on_epoch, on_group):
+                seeds[k][s] = trained
+                if len(seeds[k]) < cfg.training.seeds:
+                    continue  # the fold's other seeds train in this population or the next
                 try:
-                    res = finish_dqn_fold(k, prep, cfg, trained, ranges[k])
+                    res = finish_fold(k, prep, cfg, [seeds[k][i] for i in range(cfg.training.seeds)], ranges[k])
                 except (WorkbenchError, ValueError, ArithmeticError, IndexError) as exc:
                     res = _failed(cfg, prep.bars, k, ranges[k], exc, traceback.format_exc())
+                del seeds[k]
                 left.remove(k)
                 finished(k, res)
         except ConfigError:
@@ -292,9 +302,13 @@ class WalkForward:
                 rule = res.metrics.get("selected_by", "")
                 files = {"epochs.json": {"annualization": M.ANNUALIZATION_NOTE + " (val_sharpe)",
                                          "selected_by": rule, "selection": select_doc(rule) if rule else "",
-                                         "chosen_epoch": res.metrics.get("best_epoch"),
+                                         "chosen_epoch": res.metrics.get("best_epoch",
+                                                                         res.metrics.get("seed_best_epochs")),
                                          "epochs": res.epochs},
                          "weights.npy": res.params}
+                for s, mem in enumerate(res.members):  # a seed ensemble: each seed on its own
+                    files.update({f"seed_{s:02d}_metrics.json": mem.metrics, f"seed_{s:02d}_trades.parquet": mem.trades,
+                                  f"seed_{s:02d}_bars.parquet": mem.bars})
             run_dir.write_fold(k, res.metrics, res.trades, res.bars, extra, files)
         else:
             run_dir.write_json(f"fold_{k:03d}_error.json", {"fold": k, "error": res.error,

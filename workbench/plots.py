@@ -124,6 +124,8 @@ def _timing_panel(ax, epochs: pd.DataFrame, title: str) -> bool:
     ``init`` is once per fold (upload, allocation, kernel compilation and graph capture), so it is written
     above the fold's first epoch rather than stacked: it would dwarf the epochs. Epochs far above the
     median (a first epoch that compiled kernels) are clipped and labelled with their total."""
+    if epochs is not None and "seed" in epochs.columns:  # a seed ensemble: seed 0's epochs stand for the fold
+        epochs = epochs[epochs["seed"] == epochs["seed"].min()]
     if epochs is None or not len(epochs):
         return False
     rows = list(zip(epochs["fold"].to_numpy(), epochs["epoch"].to_numpy(), epochs["init_ms"].to_numpy(dtype=float)))
@@ -233,15 +235,25 @@ def plot_fold(bars: pd.DataFrame, epochs: pd.DataFrame, m: dict, fold: int, stra
 
         rule = m.get("selected_by", "daily_sharpe")
         key = SELECT_RULES.get(rule, SELECT_RULES["daily_sharpe"])[0]
-        _timing_panel(ax, epochs, f"phase times per epoch (ms) and the statistic that chose the epoch ({rule})")
+        # a seed ensemble's epochs carry "seed": the timing of seed 0 (its seeds train side by side or alike),
+        # each seed's validation curve with its own chosen epoch
+        seeds = sorted(set(epochs["seed"])) if "seed" in epochs.columns else [None]
+        _timing_panel(ax, epochs, f"phase times per epoch (ms) and the statistic that chose the epoch ({rule})"
+                      + (f"; {len(seeds)} seeds, each its own epoch" if seeds[0] is not None else ""))
         tw = ax.twinx()
-        vs = epochs[key].to_numpy(dtype=float) if key in epochs.columns else np.full(len(epochs), np.nan)
-        tw.plot(np.arange(len(vs)), vs, "ko-", ms=3, lw=1, label=f"validation {rule}")
-        best = m.get("best_epoch")  # numbered from 1; the x axis counts from 0
-        if best is not None and np.isfinite(best) and 1 <= int(best) <= len(vs):
-            tw.plot([int(best) - 1], [vs[int(best) - 1]], marker="*", ms=12, color="gold", mec="black", ls="",
-                    label=f"chosen epoch {int(best)}")
-        fin = vs[np.isfinite(vs)]
+        fin = []
+        for s in seeds:
+            e = epochs[epochs["seed"] == s] if s is not None else epochs
+            vs = e[key].to_numpy(dtype=float) if key in e.columns else np.full(len(e), np.nan)
+            tw.plot(np.arange(len(vs)), vs, "o-" if s else "ko-", ms=3, lw=1,
+                    label=f"validation {rule}" + (f" seed {s}" if s is not None else ""))
+            chosen = np.flatnonzero(e["chosen"].to_numpy(dtype=bool)) if "chosen" in e.columns else []
+            if len(chosen):
+                c = int(chosen[0])
+                tw.plot([c], [vs[c]], marker="*", ms=12, color="gold", mec="black", ls="",
+                        label=f"chosen epoch {c + 1}" if s in (None, seeds[0]) else None)
+            fin.extend(vs[np.isfinite(vs)])
+        fin = np.asarray(fin)
         if len(fin):
             lo, hi = float(fin.min()), float(fin.max())
             span = max(hi - lo, 1e-6)

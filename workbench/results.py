@@ -31,6 +31,7 @@ class FoldResult:
     epochs: list[dict] = field(default_factory=list)  # the agent's epoch logs (dicts; empty for a rule)
     params: np.ndarray | None = None                    # the agent's chosen weights (flat float32)
     traceback: str = ""                                 # of a failed fold
+    members: list["FoldResult"] = field(default_factory=list)  # a seed ensemble's seeds, each on its own
 
     def __post_init__(self) -> None:
         # one shape whatever the origin: EpochLog objects from a fresh run, dicts from a run directory
@@ -106,6 +107,34 @@ class WalkForwardResult:
         out["ruined_folds"] = sum(bool(f.metrics.get("ruined")) for f in self.fold_results if f.ok)
         return out
 
+    @property
+    def seed_results(self) -> list["WalkForwardResult"]:
+        """With ``training.seeds`` > 1: each seed's own walk-forward (its chosen weights' test ranges,
+        stitched like the ensemble's), in seed order; empty for one seed or a rule."""
+        ok = [f for f in self.fold_results if f.ok and f.members]
+        k = min((len(f.members) for f in ok), default=0)
+        return [WalkForwardResult(f"{self.strategy} seed {s}", self.folds, [f.members[s] for f in ok], self.market,
+                                  self.capital, account=self.account) for s in range(k)]
+
+    def seed_summary(self) -> dict:
+        """The seed ensemble beside its seeds (stitched out-of-sample): the ensemble's Sharpe, net PnL and
+        drawdown, each seed's, their mean / sd / min / max and how many seeds the ensemble beats on Sharpe;
+        ``{}`` without seeds."""
+        from .agent.ensemble import RULE_DOC, SEED_KEYS, spread
+
+        runs = self.seed_results
+        if not runs:
+            return {}
+        per = [{"seed": s, "days": r.metrics.get("days"), **{k: r.metrics.get(k) for k in SEED_KEYS}}
+               for s, r in enumerate(runs)]
+        ens = self.metrics
+        beats = sum(1 for p in per if np.isfinite(p["sharpe"]) and ens.get("sharpe", np.nan) > p["sharpe"])
+        return {"seeds": len(runs), "ensemble_rule": RULE_DOC,
+                "ensemble": {k: ens.get(k) for k in ("days", *SEED_KEYS)},
+                "seed_spread": spread({k: [p[k] for p in per] for k in SEED_KEYS}),
+                "ensemble_sharpe_beats_seeds": f"{beats} of {len(per)}", "per_seed": per,
+                "annualization": M.ANNUALIZATION_NOTE}
+
     def daily_returns(self) -> pd.Series:
         """Stitched out-of-sample daily returns (fraction of capital per trading day), the series every
         Sharpe here is computed from."""
@@ -146,6 +175,11 @@ class WalkForwardResult:
             row.update({k: f.metrics.get(k, np.nan) for k in HEADLINE})
             if "best_epoch" in f.metrics:  # the agent: which epoch's weights, chosen by what
                 row.update(epoch=f.metrics["best_epoch"], selected_by=f.metrics.get("selected_by", ""))
+            elif "seed_best_epochs" in f.metrics:  # a seed ensemble: each seed's chosen epoch
+                row.update(epoch="/".join(str(e) for e in f.metrics["seed_best_epochs"]),
+                           selected_by=f.metrics.get("selected_by", ""),
+                           seed_sharpe_mean=f.metrics.get("seed_sharpe_mean"),
+                           seed_sharpe_sd=f.metrics.get("seed_sharpe_sd"))
             row["annualization"] = M.ANNUALIZATION_NOTE
             rows.append(row)
         return pd.DataFrame(rows)
@@ -155,10 +189,16 @@ class WalkForwardResult:
         cols = {self.strategy: {k: v for k, v in self.metrics.items() if k != "annualization"}}
         cols.update(self.baselines)
         folds = self.to_frame().to_html(index=False, float_format=lambda x: f"{x:.4g}", escape=True)
+        seeds = self.seed_summary()
+        seed_html = (_metrics_table_html(f"the ensemble of {seeds['seeds']} seeds ({seeds['ensemble_rule']}) beside "
+                                         "each seed, stitched out-of-sample",
+                                         {"ensemble": seeds["ensemble"],
+                                          **{f"seed {p['seed']}": p for p in seeds["per_seed"]}})
+                     if seeds else "")
         return (f"<div><h3>walk-forward: {html.escape(self.strategy)} ({html.escape(self.market.name)}, "
                 f"{len(self.fold_results)} folds)</h3>"
                 + _metrics_table_html("stitched out-of-sample" + (" against the baselines (same folds, same costs)"
-                                                                  if self.baselines else ""), cols)
+                                                                  if self.baselines else ""), cols) + seed_html
                 + f"<h4>folds</h4>{folds}<p><i>{html.escape(M.ANNUALIZATION_NOTE)}</i></p></div>")
 
     def __rich__(self):
@@ -174,6 +214,13 @@ class WalkForwardResult:
             if k != "annualization":
                 t.add_row(k, *[_fmt(rows[n].get(k, "")) for n in names])
         t.caption = M.ANNUALIZATION_NOTE
+        seeds = self.seed_summary()
+        if seeds:
+            sp = seeds["seed_spread"]
+            t.caption += (f"\n{self.strategy} is the ensemble of {seeds['seeds']} seeds ({seeds['ensemble_rule']}); "
+                          f"the seeds alone: sharpe mean {sp['sharpe_mean']:.2f} sd {sp['sharpe_sd']:.2f} "
+                          f"(min {sp['sharpe_min']:.2f}, max {sp['sharpe_max']:.2f}), net_pnl_usd mean "
+                          f"{sp['net_pnl_usd_mean']:,.0f}; the ensemble's sharpe beats {seeds['ensemble_sharpe_beats_seeds']}")
         return t
 
     def to_html(self, path, plots: bool = True) -> str:
@@ -209,7 +256,9 @@ def _epochs_frame(folds) -> pd.DataFrame:
                                               "val_max_drawdown_usd", "guard_tripped") if k in e},
                          **{f"per_update_{k}_ms": v for k, v in ms.get("training_breakdown_ms_per_update", {}).items()},
                          **{f"init_{k}_ms": v for k, v in ms.get("init_breakdown_ms", {}).items()},
-                         "chosen": int(e["epoch"]) == int(f.metrics.get("best_epoch", -1))})
+                         **({"seed": int(e["seed"])} if "seed" in e else {}),
+                         "chosen": bool(e["chosen"]) if "chosen" in e
+                         else int(e["epoch"]) == int(f.metrics.get("best_epoch", -1))})
     return pd.DataFrame(rows)
 
 

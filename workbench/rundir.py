@@ -7,7 +7,11 @@ Layout::
     RUN/folds.parquet|json     the folds table
     RUN/fold_001/              metrics.json, trades.parquet, bars.parquet; for the agent also
                                epochs.json (per-epoch phase timings, losses, validation) and
-                               weights.npy (the selected epoch's flat parameters); written atomically
+                               weights.npy (the selected epoch's flat parameters); with
+                               training.seeds = K > 1 the fold is the seeds' ensemble: weights.npy
+                               [K, n], epochs.json every seed's epochs, and seed_SS_metrics.json,
+                               seed_SS_trades.parquet, seed_SS_bars.parquet each seed alone;
+                               written atomically
     RUN/summary.json           stitched out-of-sample metrics, per-fold table, annualisation
     RUN/oos_equity.parquet     stitched out-of-sample per-bar series
 
@@ -210,6 +214,8 @@ class RunDir:
             for name, obj in (files or {}).items():
                 if name.endswith(".npy"):
                     np.save(tmp / name, obj)
+                elif name.endswith(".parquet"):
+                    obj.to_parquet(tmp / name)
                 else:
                     (tmp / name).write_text(dumps(obj) + "\n")
             if final.exists():
@@ -230,6 +236,10 @@ class RunDir:
         ranges, strategy = meta.pop("ranges", {}), meta.pop("strategy", "")
         meta.pop("fold", None)
         agent = (d / "epochs.json").is_file()
+        members = [FoldResult(fold, strategy, pd.read_parquet(d / f"seed_{s:02d}_bars.parquet"),
+                              pd.read_parquet(d / f"seed_{s:02d}_trades.parquet"),
+                              json.loads((d / f"seed_{s:02d}_metrics.json").read_text()), ranges)
+                   for s in range(int(meta.get("seeds", 1)) if "seed_best_epochs" in meta else 0)]
         return FoldResult(fold, strategy, pd.read_parquet(d / "bars.parquet"), pd.read_parquet(d / "trades.parquet"),
                           meta, ranges, epochs=json.loads((d / "epochs.json").read_text())["epochs"] if agent else [],
-                          params=np.load(d / "weights.npy") if agent else None)
+                          params=np.load(d / "weights.npy") if agent else None, members=members)

@@ -126,7 +126,7 @@ class CpuTrainer:
         return UpdateRecord(idx, isw, loss, grads, mean_loss, norm, max_q, tripped)
 
     def _backtest(self, params, rng):
-        """Greedy backtest of bars [a, b): (position, pnl) over [a, b) and the greedy table."""
+        """Greedy backtest of bars [a, b): (position, pnl) over [a, b), the greedy table and Q of [a, b)."""
         w, sp, a, b = self.w, self.spec, rng[0], rng[1]
         obs = self._obs(np.repeat(np.arange(a, b), N_POS), np.tile(np.arange(N_POS), b - a))
         q = forward_ref(params, obs, self.shape, self.support)["q"].astype(np.float32)
@@ -136,7 +136,7 @@ class CpuTrainer:
         K_bt.greedy_backtest_cpu(w.open, w.high, w.low, w.close, w.roll, greedy, a, b, N_POS, MAX_POS, sp.point_value,
                                  sp.tick_size, sp.slippage_ticks, sp.commission_per_side, sp.commission_bps, position,
                                  pnl)
-        return position[a:b], pnl[a:b], greedy
+        return position[a:b], pnl[a:b], greedy, q.reshape(b - a, N_POS, -1)
 
     def train_fold(self, w: Window, on_epoch=None, test: bool = True) -> FoldTrainResult:
         """Train on the fold (the shared epoch loop, :func:`workbench.agent.loop.run_fold`)."""
@@ -208,7 +208,7 @@ class CpuTrainer:
     def validate(self) -> None:
         tc = time.perf_counter()
         w = self.w
-        _vpos, vpnl, _ = self._backtest(self.learner.params, w.val)
+        _vpos, vpnl, _, _ = self._backtest(self.learner.params, w.val)
         full = np.zeros(w.n_bars)
         full[w.val[0]:w.val[1]] = vpnl
         self.val = K_ro.validation_stats_ref(full, w.day, w.val[0], w.val[1])
@@ -230,9 +230,9 @@ class CpuTrainer:
 
     def test(self):
         w = self.w
-        pos, pnl, greedy = self._backtest(self.learner.best, w.test)
+        pos, pnl, greedy, q = self._backtest(self.learner.best, w.test)
         a, b = w.test
-        return pos, pnl, greedy.reshape(-1, N_POS, 3)[a:b][np.arange(b - a), np.clip(pos + MAX_POS, 0, N_POS - 1)]
+        return pos, pnl, greedy.reshape(-1, N_POS, 3)[a:b][np.arange(b - a), np.clip(pos + MAX_POS, 0, N_POS - 1)], q
 
     def backend_name(self, test: bool) -> str:
         return "cpu"

@@ -37,11 +37,20 @@ def fold_seed(seed: int, k: int) -> int:
     return seed * 1000 + k
 
 
-def train_fold(k: int, prep, cfg, backend, test: bool = True, on_epoch=None):
-    """Train the agent on the k-th fold of ``prep`` (``WalkForward.prepare``): the one path the
-    walk-forward and the search share. ``test=False`` (the search) never backtests the test range."""
+SEED_STRIDE = 1_000_003  # between the seeds of one fold's ensemble: above any fold number fold_seed adds
+
+
+def agent_seed(seed: int, k: int, s: int = 0) -> int:
+    """The training seed of seed index ``s`` of the k-th fold's ensemble (``training.seeds``); ``s = 0``
+    is the fold's seed (:func:`fold_seed`), so one seed trains as it always did."""
+    return fold_seed(seed, k) + s * SEED_STRIDE
+
+
+def train_fold(k: int, prep, cfg, backend, test: bool = True, on_epoch=None, s: int = 0):
+    """Train the agent (seed index ``s``) on the k-th fold of ``prep`` (``WalkForward.prepare``): the one
+    path the walk-forward and the search share. ``test=False`` (the search) never backtests the test range."""
     w = fold_window(k, prep)
-    trainer = backend.trainer(cfg.training, prep.spec, prep.account.capital, seed=fold_seed(cfg.seed, k),
+    trainer = backend.trainer(cfg.training, prep.spec, prep.account.capital, seed=agent_seed(cfg.seed, k, s),
                               overrides=cfg.gpu)
     return trainer.train_fold(w, on_epoch=on_epoch, test=test)
 
@@ -52,8 +61,13 @@ def fold_window(k: int, prep):
 
 
 def run_dqn_fold(k: int, prep, cfg, backend, ranges: dict, on_epoch=None):
-    """Train and test the k-th fold alone (:func:`finish_dqn_fold` checks and reports it)."""
-    return finish_dqn_fold(k, prep, cfg, train_fold(k, prep, cfg, backend, on_epoch=on_epoch), ranges)
+    """Train and test the k-th fold, its ``training.seeds`` agents one after another (seed 0's epochs
+    reported to ``on_epoch``); :func:`workbench.agent.ensemble.finish_fold` checks and reports it."""
+    from .ensemble import finish_fold
+
+    results = [train_fold(k, prep, cfg, backend, on_epoch=on_epoch if s == 0 else None, s=s)
+               for s in range(cfg.training.seeds)]
+    return finish_fold(k, prep, cfg, results, ranges)
 
 
 def finish_dqn_fold(k: int, prep, cfg, res, ranges: dict):

@@ -11,7 +11,7 @@ and the result. Phases a trainer provides:
 - ``end_epoch(epoch) -> EpochStats``: wait for the epoch (the GPU's one host sync) and report it;
 - ``keep()``: the current weights become the fold's choice; ``kept()``: them, as a NumPy array;
 - ``val_pnl()``: per-bar validation PnL of the kept weights; ``test()``: their test backtest as
-  ``(position, pnl, actions taken)``; ``backend``, ``counters()``.
+  ``(position, pnl, actions taken, expected Q [T, N_POS, actions])``; ``backend``, ``counters()``.
 
 :func:`run_agents` runs that loop for P agents at once: a population (``GpuPopulation``: every
 agent's phase in one graph launch, one readback per epoch) provides the same phases, ``end_epoch``
@@ -139,7 +139,8 @@ def run_agents(agents, cfgs, on_epoch=None, test: bool = True) -> list[FoldTrain
                                        np.zeros(0, np.int32), np.zeros(0), np.zeros((0, 3), np.int32), init_ms,
                                        backend=agents.backend_name(test=False), val_pnl=agents.val_pnl(i)))
             continue
-        pos, pnl, taken = agents.test(i)
+        pos, pnl, taken, q = agents.test(i)
         out.append(FoldTrainResult(logs[i], chooser.best_epoch, chooser.best_score, agents.kept(i), pos, pnl, taken,
-                                   init_ms, backend=agents.backend_name(test=True), counters=agents.counters(i)))
+                                   init_ms, backend=agents.backend_name(test=True), counters=agents.counters(i),
+                                   test_q=q))
     return out

@@ -18,6 +18,8 @@ batch, envs) may differ between agents. Memory: :func:`agent_bytes` per agent.
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from ..device import Device, Readback
@@ -169,13 +171,25 @@ def plan_size(device: Device, bytes_per_agent: int, requested: int, n: int) -> i
     return max(1, min(n, requested or fit))
 
 
+class Job(NamedTuple):
+    """One agent to train: fold ``k`` (from 0) of the prepared data with run config ``cfg``, seed index
+    ``s`` of the fold's ensemble (:func:`workbench.agent.fold.agent_seed`)."""
+
+    k: int
+    cfg: object
+    s: int = 0
+
+
 def train_folds(ks: list[int], prep, cfg, backend, on_epoch=None, on_group=None):
-    """Train the folds ``ks`` of ``prep`` as populations on the GPU: yields ``(k, FoldTrainResult)``
-    group by group (see :func:`train_jobs`); ``on_epoch(k, log)``."""
-    cb = (lambda j, log: on_epoch(ks[j], log)) if on_epoch else None
-    grp = (lambda js, size, per_agent: on_group([ks[j] for j in js], size, per_agent)) if on_group else None
-    for j, res in train_jobs([(k, cfg) for k in ks], prep, backend, on_epoch=cb, on_group=grp):
-        yield ks[j], res
+    """Train the folds ``ks`` of ``prep``, each with its ``training.seeds`` seeds, as populations on the
+    GPU: yields ``(k, seed index, FoldTrainResult)`` group by group (see :func:`train_jobs`; a fold's
+    seeds are neighbours, so they train in the same population where it holds them);
+    ``on_epoch(k, seed index, log)``; ``on_group(folds, size, bytes per agent)``."""
+    jobs = [Job(k, cfg, s) for k in ks for s in range(cfg.training.seeds)]
+    cb = (lambda j, log: on_epoch(jobs[j].k, jobs[j].s, log)) if on_epoch else None
+    grp = (lambda js, size, per_agent: on_group([jobs[j].k for j in js], size, per_agent)) if on_group else None
+    for j, res in train_jobs(jobs, prep, backend, on_epoch=cb, on_group=grp):
+        yield jobs[j].k, jobs[j].s, res
 
 
 def group_key(cfg, backend) -> tuple:
@@ -186,43 +200,49 @@ def group_key(cfg, backend) -> tuple:
             cfg.training.replay_capacity)
 
 
-def train_jobs(jobs: list[tuple[int, object]], prep, backend, test: bool = True, on_epoch=None, on_group=None):
-    """Train ``jobs`` (fold k of ``prep`` with run config ``cfg`` each) as populations on the GPU: jobs
+def train_jobs(jobs: list[Job], prep, backend, test: bool = True, on_epoch=None, on_group=None):
+    """Train ``jobs`` (:class:`Job`: fold, run config, seed index) as populations on the GPU: jobs
     of one :func:`group_key` train together, as many per population as ``gpu.population`` says or free
     memory holds (:func:`plan_size`). Fold seeds and windows are those of the one-fold path
     (:func:`workbench.agent.fold.train_fold`), so each job's result is what it gets alone. Yields
     ``(job index, FoldTrainResult)`` group by group; ``on_group(job indices, size, bytes per agent)``
     before each population trains; ``on_epoch(job index, log)``; ``test=False`` (the search) never
     backtests the test ranges."""
-    from .fold import fold_seed, fold_window
+    from .fold import agent_seed, fold_window
+
+    jobs = [Job(*j) for j in jobs]
 
     def make(i: int, j: int):
-        k, cfg = jobs[j]
-        return backend.lane_trainer(i, cfg.training, prep.spec, prep.account.capital, fold_seed(cfg.seed, k),
+        k, cfg, s = jobs[j]
+        return backend.lane_trainer(i, cfg.training, prep.spec, prep.account.capital, agent_seed(cfg.seed, k, s),
                                     overrides=cfg.gpu)
 
     groups: dict[tuple, list[int]] = {}
-    for j, (_k, cfg) in enumerate(jobs):
-        groups.setdefault(group_key(cfg, backend), []).append(j)
+    for j, job in enumerate(jobs):
+        groups.setdefault(group_key(job.cfg, backend), []).append(j)
     for members in groups.values():
         first = make(0, members[0])
-        w0 = fold_window(jobs[members[0]][0], prep)
+        w0 = fold_window(jobs[members[0]].k, prep)
         first.allocate(w0)
         per_agent = agent_bytes(first)
-        size = plan_size(backend.device, per_agent, backend.sized(jobs[members[0]][1].gpu).population, len(members))
+        size = plan_size(backend.device, per_agent, backend.sized(jobs[members[0]].cfg.gpu).population, len(members))
         pending = [(first, w0)]
         for g0 in range(0, len(members), size):
             group = members[g0:g0 + size]
-            trainers, windows = [], []
+            trainers, windows, by_fold = [], [], {jobs[members[0]].k: w0} if g0 == 0 else {}
             for i, j in enumerate(group):
-                t, w = pending.pop() if pending else (make(i, j), fold_window(jobs[j][0], prep))
+                if pending:
+                    t, w = pending.pop()
+                else:  # a fold's seeds (and a swarm's particles on one fold) share its host window
+                    t = make(i, j)
+                    w = by_fold.get(jobs[j].k) or by_fold.setdefault(jobs[j].k, fold_window(jobs[j].k, prep))
                 trainers.append(t)
                 windows.append(w)
             if on_group:
                 on_group(group, size, per_agent)
             cb = (lambda i, log, group=group: on_epoch(group[i], log)) if on_epoch else None
             results = train_population(backend.device, trainers, windows, on_epoch=cb, test=test)
-            del trainers, windows
+            del trainers, windows, by_fold
             _release(backend.device)
             yield from zip(group, results)
 

@@ -50,6 +50,9 @@ class FoldTrainResult:
     backend: str
     counters: dict = field(default_factory=dict)
     val_pnl: np.ndarray = field(default_factory=lambda: np.zeros(0))  # float64 [T_val] USD, chosen weights (search)
+    # float32 [T_test, N_POS, sum(branch sizes)]: the chosen weights' expected Q of every action branch at every
+    # test bar and position (what a seed ensemble averages, workbench/agent/ensemble.py)
+    test_q: np.ndarray = field(default_factory=lambda: np.zeros((0, 0, 0), np.float32))
 
 
 def philox_keys(seed: int) -> tuple[int, int]:

@@ -50,6 +50,9 @@ class TrainConfig:
     q_limit: float = _f(_d("q_limit"), "the guard trips when |Q| exceeds this")
     select_by: str = _f(_d("select_by"), "epoch selection statistic on the validation range: 'bar_t' (t-statistic of the mean "
                         "per-bar PnL), 'daily_sharpe' or 'pnl' (workbench/agent/selection.py)")
+    seeds: int = _f(_d("seeds"), "agents trained per fold, each with its own seed; > 1: the fold's test range is traded by "
+                    "their ensemble (mean of the seeds' expected Q per action), each seed reported beside it "
+                    "(workbench/agent/ensemble.py)")
 
     def epsilon(self, epoch: int) -> float:
         if self.eps_decay_epochs <= 0:
@@ -67,6 +70,7 @@ def validate(cfg: TrainConfig) -> TrainConfig:
         (cfg.max_position == 3, "max_position must be 3 (the size branch has 3 actions)"),
         (cfg.episode_len >= cfg.n_step + 2, "episode_len must exceed n_step + 1"),
         (cfg.replay_capacity >= 1024, "replay_capacity must be >= 1024"),
+        (1 <= cfg.seeds <= 64, "seeds must be in [1, 64]"),
         (cfg.select_by in ("bar_t", "daily_sharpe", "pnl"), "select_by must be 'bar_t', 'daily_sharpe' or 'pnl'"),
         (0 <= cfg.adam_beta1 < 1 and 0 <= cfg.adam_beta2 < 1 and cfg.adam_eps > 0, "Adam betas must be in [0, 1), eps > 0"),
         (cfg.weight_decay >= 0 and cfg.grad_clip >= 0, "weight_decay and grad_clip must be >= 0"),

@@ -201,8 +201,9 @@ class DeviceTrainer:
         K_per.priority_release_kernel[g](b.idx, rp.owner, b.size, rp.capacity)
         K_opt.ema_kernel[gp](lr.target, lr.params, n, cfg.tau, lr.guard)
 
-    def _backtest(self, st, params, rng: tuple[int, int], dev_range) -> None:
-        """Greedy backtest of window bars [a, b) with ``params``; positions and PnL into the backtest state."""
+    def _backtest(self, st, params, rng: tuple[int, int], dev_range, q_out: list | None = None) -> None:
+        """Greedy backtest of window bars [a, b) with ``params``; positions and PnL into the backtest state;
+        with ``q_out`` (a list) each chunk's expected Q is appended to it (host arrays, ready once ``st`` is)."""
         S, sp = self.state, self.spec
         bt, lr, wd = S.backtest, S.learner, S.window
         a, b = rng
@@ -212,6 +213,8 @@ class DeviceTrainer:
             K_bt.enumerate_positions_kernel[_gs(self.device, rows * S.shape.obs_dim, self.tpb) + (st,)](
                 wd.features[c0:c1], c1 - c0, wd.n_features, N_POS, bt.obs)
             S.nets.backtest.forward(params, bt.obs)
+            if q_out is not None:
+                q_out.append(S.nets.backtest.q[:rows].copy_to_host(stream=st))
             K_act.eps_greedy_kernel[_grid(rows, self.tpb) + (st,)](S.nets.backtest.q, 3, lr.branch_sizes,
                                                                    lr.branch_offsets, bt.eps0, 0, 0, bt.zero_step,
                                                                    bt.greedy[c0 * N_POS:c1 * N_POS], bt.joint, rows)
@@ -341,10 +344,10 @@ class DeviceTrainer:
         self.device.synchronize()  # keep() copied on this (non-blocking) stream; the copy back does not wait on it
         return self.state.learner.best.copy_to_host()
 
-    def _backtest_kept(self, rng: tuple[int, int], dev_range) -> tuple[np.ndarray, np.ndarray]:
+    def _backtest_kept(self, rng: tuple[int, int], dev_range, q_out: list | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Backtest bars [a, b) with the kept weights; (position, pnl) of those bars, back on the host."""
         d, bt = self.device, self.state.backtest
-        self._backtest(d.stream, self.state.learner.best, rng, dev_range)
+        self._backtest(d.stream, self.state.learner.best, rng, dev_range, q_out)
         d.synchronize()
         a, b = rng
         return bt.position.copy_to_host()[a:b], bt.pnl.copy_to_host()[a:b].copy()
@@ -355,10 +358,12 @@ class DeviceTrainer:
 
     def test(self):
         w = self.w
-        pos, pnl = self._backtest_kept(w.test, self.state.window.test_range)  # fold end: back once
+        chunks: list = []
+        pos, pnl = self._backtest_kept(w.test, self.state.window.test_range, chunks)  # fold end: back once
         a, b = w.test
         greedy = self.state.backtest.greedy.copy_to_host().reshape(-1, N_POS, 3)[a:b]
-        return pos, pnl, greedy[np.arange(b - a), np.clip(pos + MAX_POS, 0, N_POS - 1)]
+        q = np.concatenate(chunks).reshape(b - a, N_POS, -1)
+        return pos, pnl, greedy[np.arange(b - a), np.clip(pos + MAX_POS, 0, N_POS - 1)], q
 
     def backend_name(self, test: bool) -> str:
         return f"gpu:{self.device.info.name}:{getattr(self.gemm, 'name', 'gemm')}" if test else "gpu"

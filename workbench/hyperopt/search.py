@@ -2,7 +2,8 @@
 
 Objective: for every scored fold (``swarm.folds``, all by default) the agent trains with the
 candidate's ``[training]`` values and keeps its best epoch by validation Sharpe; the trial's score
-is the mean of those Sharpes over the folds. Test ranges are never backtested during the search.
+is the mean of those Sharpes over the folds (with ``training.seeds = K``, over the folds and the K
+seeds: a less noisy score for K times the training). Test ranges are never backtested during the search.
 
 Trial log (``RUN/trials.parquet``, rewritten atomically after every trial): trial, iteration,
 particle, the unit-cube coordinates (``u_*``), the decoded values, each fold's validation Sharpe,
@@ -33,7 +34,7 @@ import pandas as pd
 from ..agent.backend import make_backend
 from ..agent.train_config import validate
 from ..agent.fold import train_fold
-from ..agent.population import side_by_side, train_jobs
+from ..agent.population import Job, side_by_side, train_jobs
 from ..config import RunConfig
 from ..errors import ConfigError
 from .bounds import GPU_KEYS, HyperoptProfile
@@ -64,21 +65,25 @@ def evaluate_candidate(base: RunConfig, values: dict, bars, score_folds, backend
         prep, backend = worker_context(base, bars)
     sharpes, hourly = [], []
     for label in score_folds:  # fold numbers, from 1
-        res = train_fold(label - 1, prep, cfg, backend, test=False,
-                         on_epoch=(lambda log, f=label: on_epoch(f, log, cfg.training.epochs)) if on_epoch else None)
-        sharpe, pnl = fold_score(prep, label - 1, res)
+        report = (lambda log, f=label: on_epoch(f, log, cfg.training.epochs)) if on_epoch else None
+        runs = [train_fold(label - 1, prep, cfg, backend, test=False, on_epoch=report if s == 0 else None, s=s)
+                for s in range(cfg.training.seeds)]
+        sharpe, pnl = fold_score(prep, label - 1, runs)
         sharpes.append(sharpe)
         hourly.extend(pnl)
     return sharpes, "ok", hourly
 
 
-def fold_score(prep, k: int, res) -> tuple[float, list[float]]:
-    """A trained fold's score: the validation Sharpe of its chosen epoch, and its validation PnL (USD)
-    summed per hour (the overfitting statistics' input)."""
+def fold_score(prep, k: int, runs: list) -> tuple[float, list[float]]:
+    """A trained fold's score from its seeds' training results (``training.seeds``; one for a single
+    agent): the validation Sharpe of each seed's chosen epoch, averaged over the seeds, and the seeds'
+    mean validation PnL (USD) summed per hour (the overfitting statistics' input)."""
     folds = prep.folds
-    sharpe = res.epochs[res.best_epoch - 1].val_sharpe if res.best_epoch >= 1 else float("nan")
+    sharpe = float(np.mean([r.epochs[r.best_epoch - 1].val_sharpe if r.best_epoch >= 1 else float("nan")
+                            for r in runs]))
     when = prep.bars.frame.index[int(folds.loc[k, "val_start"]):int(folds.loc[k, "val_stop"])]
-    return sharpe, pd.Series(res.val_pnl, index=when).groupby(when.floor("h")).sum().tolist()
+    pnl = np.mean([r.val_pnl for r in runs], axis=0)
+    return sharpe, pd.Series(pnl, index=when).groupby(when.floor("h")).sum().tolist()
 
 
 class Search:
@@ -165,17 +170,19 @@ class Search:
                 out[p] = ([float("nan")] * n, f"invalid: {exc.message}", [])
                 continue
             for label in self.score_folds:
-                jobs.append((label - 1, cfg))
-                owner.append((p, label))
+                for s in range(cfg.training.seeds):
+                    jobs.append(Job(label - 1, cfg, s))
+                    owner.append((p, label))
         report = None
         if self.progress is not None and hasattr(self.progress, "epoch"):
             def report(j, log):
                 p, label = owner[j]
-                self.progress.epoch(it * P + p + 1, label, n, log, jobs[j][1].training.epochs)
-        scores: dict[int, tuple] = {}
+                if jobs[j].s == 0:
+                    self.progress.epoch(it * P + p + 1, label, n, log, jobs[j].cfg.training.epochs)
+        runs: dict[tuple, list] = {}
         try:
             for j, res in train_jobs(jobs, self.prep, self.backend, test=False, on_epoch=report):
-                scores[j] = fold_score(self.prep, jobs[j][0], res)
+                runs.setdefault(owner[j], {})[jobs[j].s] = res
         except ConfigError:
             raise
         except Exception as exc:  # noqa: BLE001 (as a worker's failure: the trials fail, the search goes on)
@@ -183,7 +190,8 @@ class Search:
                 out[p] = f"{type(exc).__name__}: {exc}"
             return dict(sorted(out.items()))
         for p in dict.fromkeys(p for p, _ in owner):
-            mine = [scores[j] for j, (q, _) in enumerate(owner) if q == p]
+            mine = [fold_score(self.prep, label - 1, [runs[(p, label)][s] for s in sorted(runs[(p, label)])])
+                    for label in self.score_folds]
             out[p] = ([s for s, _ in mine], "ok", [h for _, pnl in mine for h in pnl])
         return dict(sorted(out.items()))
 
@@ -202,7 +210,8 @@ class Search:
             done = {r["particle"] for r in self.rows if r["iteration"] == it}
             todo = [p for p in range(P) if p not in done][: trials - len(self.rows)]
             values = {p: self.profile.decode(positions[p]) for p in todo}
-            if side_by_side(self.backend, self.base.gpu, ex.live_progress, len(todo)):
+            if side_by_side(self.backend, self.base.gpu, ex.live_progress,
+                            len(todo) * len(self.score_folds) * self.base.training.seeds):
                 start = time.perf_counter()
                 outs = self._evaluate_together(todo, values, it)
                 took = time.perf_counter() - start  # trained together: each trial's seconds is the population's
