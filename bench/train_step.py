@@ -70,8 +70,7 @@ def ours(math: str, steps: int, rows: list):
 
     graph_ms = time_it(lambda: g.update.replay(steps))
     eager_ms = time_it(lambda: [tr.enqueue_update(device.stream) for _ in range(steps)])
-    if math == "fp32":
-        breakdown(tr, device, rows)
+    breakdown(tr, device, rows, math)
     rows.append((f"ours, graph replay, cuBLAS {math}", graph_ms, g.update.n_nodes))
     rows.append((f"ours, eager Numba launches, cuBLAS {math}", eager_ms, g.update.n_nodes))
     rb = tr.state.replay.size.copy_to_host()[0]
@@ -79,42 +78,49 @@ def ours(math: str, steps: int, rows: list):
     return tr
 
 
-def breakdown(tr, device, rows, reps: int = 20):
-    """GPU time of every launch in the eager update, bracketed by events (names: kernel or GEMM shape)."""
+def breakdown(tr, device, rows, math: str, inner: int = 50):
+    """GPU time of every launch of one update, each timed alone: the launch recorded from an eager update,
+    captured ``inner`` times back to back in a graph of its own and replayed (so host launch gaps, which
+    dominate eager timing, are not counted). Names: the kernel, or the GEMM's shape; the sum of the parts
+    beside the whole graph says how much the graph's dependencies and node gaps add."""
     from collections import defaultdict
 
     from cuda_kernels import nb
 
-    spent, count = defaultdict(float), defaultdict(int)
-    pending = []
+    launches = []
     orig_getitem, orig_gemm = nb.Kernel.__getitem__, type(tr.gemm).gemm
 
-    def timed_launch(name, launch):
-        def run(*args):
-            a = device.event().record()
-            launch(*args)
-            pending.append((name, a, device.event().record()))
-        return run
-
     def getitem(self, cfg):
-        return timed_launch(self.__name__, orig_getitem(self, cfg))
+        launch = orig_getitem(self, cfg)
+        grid = cfg[0] if isinstance(cfg, tuple) else cfg
+        block = cfg[1] if isinstance(cfg, tuple) and len(cfg) > 1 else 1
+        return lambda *args: launches.append((f"{self.__name__} <<<{grid}, {block}>>>", lambda: launch(*args)))
 
     def gemm(self, A, B, C, trans_a=0, trans_b=0, alpha=1.0, beta=0.0):
-        timed_launch(f"gemm {C.shape[0]}x{C.shape[1]} ta={trans_a} tb={trans_b}",
-                     lambda: orig_gemm(self, A, B, C, trans_a, trans_b, alpha, beta))()
+        launches.append((f"gemm {C.shape[0]}x{C.shape[1]} (k={A.shape[0] if trans_a else A.shape[1]}) "
+                         f"ta={trans_a} tb={trans_b}", lambda: orig_gemm(self, A, B, C, trans_a, trans_b, alpha, beta)))
 
     nb.Kernel.__getitem__, type(tr.gemm).gemm = getitem, gemm
     try:
-        for _ in range(reps):
-            tr.enqueue_update(device.stream)
-        device.synchronize()
+        tr.enqueue_update(device.stream)  # recorded, not launched
     finally:
         nb.Kernel.__getitem__, type(tr.gemm).gemm = orig_getitem, orig_gemm
-    for name, a, b in pending:
-        spent[name] += a.elapsed_ms(b) / reps
+    spent, count = defaultdict(float), defaultdict(int)
+    for name, launch in launches:
+        g = device.capture(lambda _st, launch=launch: [launch() for _ in range(inner)])
+        g.replay(2)
+        device.synchronize()
+        times = []
+        for _ in range(3):
+            a = device.event().record()
+            g.replay(4)
+            b = device.event().record()
+            times.append(a.elapsed_ms(b) / (4 * inner))
+        spent[name] += statistics.median(times)
         count[name] += 1
+    rows.append((f"  {math} breakdown, launches timed alone: sum of {len(launches)}", sum(spent.values()), None))
     for name in sorted(spent, key=spent.get, reverse=True):
-        rows.append((f"  breakdown: {name} (x{count[name] // reps})", spent[name], None))
+        rows.append((f"  {math} breakdown: {name} (x{count[name]})", spent[name], None))
 
 
 def torch_update(steps: int, rows: list, graph: bool):
