@@ -49,3 +49,37 @@ def test_walkforward_in_populations_equals_one_fold_at_a_time(bars):
         assert np.array_equal(x.bars["pnl_usd"].to_numpy(), y.bars["pnl_usd"].to_numpy())
         assert [e["val_bar_t"] for e in x.epochs] == [e["val_bar_t"] for e in y.epochs]
     assert a.fold_results[0].epochs[0]["ms"]["agents_per_launch"] == 3
+
+
+def test_test_q_is_the_kept_weights_q_and_a_one_seed_ensemble_is_the_agent(bars):
+    """The expected Q a trained fold returns for its test range (what a seed ensemble averages) is the kept
+    weights' Q at every test bar and position (NumPy forward in float64), and the ensemble rule over that
+    one seed, or over the seed twice, walks exactly the agent's own device backtest."""
+    from workbench.agent.backend import make_backend
+    from workbench.agent.ensemble import ensemble_test
+    from workbench.agent.fold import fold_window, train_fold
+    from workbench.agent.network import NetShape, forward_ref
+    from workbench.agent.window import N_POS
+    from workbench.config import load_config
+    from workbench.engine import WalkForward
+    from cuda_kernels.backtest import enumerate_positions_ref
+
+    cfg = load_config(None, ["training.epochs=2", "training.max_steps_per_epoch=50", "training.rollout_steps=16",
+                             "training.learning_starts=1024", "splits.train=6000", "splits.val=2000",
+                             "splits.test=2000", 'device="gpu"'])
+    prep = WalkForward(cfg).prepare(bars)
+    backend = make_backend("gpu")
+    res = train_fold(0, prep, cfg, backend)
+    w = fold_window(0, prep)
+    a, b = w.test
+    prof = backend.sized(cfg.gpu)
+    shape = NetShape(obs_dim=w.n_features + N_POS, hidden=prof.hidden, atoms=prof.atoms)
+    support = np.linspace(cfg.training.v_min, cfg.training.v_max, prof.atoms).astype(np.float32).astype(np.float64)
+    want = forward_ref(res.params, enumerate_positions_ref(w.features[a:b], N_POS), shape, support)["q"]
+    assert res.test_q.shape == (b - a, N_POS, 9)
+    assert np.abs(res.test_q.reshape(-1, 9) - want).max() <= 1e-3 * max(1.0, np.abs(want).max())
+    ta, tb = int(prep.folds.loc[0, "test_start"]), int(prep.folds.loc[0, "test_stop"])
+    for seeds in ([res], [res, res]):
+        ens = ensemble_test(seeds, prep.bars, prep.spec, ta, tb)
+        assert np.array_equal(ens.test_position, res.test_position)
+        assert np.allclose(ens.test_pnl, res.test_pnl, atol=1e-9, rtol=0)
