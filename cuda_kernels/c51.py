@@ -27,7 +27,6 @@ MAX_ATOMS = 128
 
 MAX_BRANCHES, MAX_ACTIONS = 4, 8
 RED_SHAPE = (MAX_BRANCHES, MAX_ATOMS)  # shared-memory reduction rows (compile-time shape)
-HEAD_RED_SHAPE = (MAX_BRANCHES, MAX_ACTIONS, MAX_ATOMS)  # the head's: a row per (branch, action)
 
 
 def head_launch(B: int, atoms: int, n_branch: int) -> tuple[int, tuple[int, int]]:
@@ -60,23 +59,6 @@ def _tree_dev(s, row, z, lanes, op):
         half //= 2
 
 
-@device_function
-def _tree_actions_dev(s, br, z, lanes, n, op):
-    """In-place tree reduction of s[br, a, :lanes] for every a < n at once (op 0 = sum, 1 = max): one
-    barrier per level for all of a branch's actions; each (br, a) row is reduced in the same order as
-    :func:`_tree_dev` would reduce it alone."""
-    half = lanes // 2
-    while half > 0:
-        if z < half:
-            for a in range(n):
-                if op == 0:
-                    s[br, a, z] += s[br, a, z + half]
-                else:
-                    s[br, a, z] = max(s[br, a, z], s[br, a, z + half])
-        cuda.syncthreads()
-        half //= 2
-
-
 @kernel(void(float32[:, ::1], int64, int64, int32[::1], int32[::1], int64, int64, float32[::1], float32[:, :, ::1],
              float32[:, ::1]))
 def dueling_head_kernel(head, B, n_branch, branch_size, branch_off, atoms, max_actions, support, logp, q):
@@ -84,17 +66,14 @@ def dueling_head_kernel(head, B, n_branch, branch_size, branch_off, atoms, max_a
 
     Block per row (``head_launch``): thread (z, br) owns atom z of branch br, so a row is read with
     consecutive threads on consecutive columns; max, sum and expectation over atoms are shared-memory
-    tree reductions in a fixed order (deterministic; no warp shuffles, so the simulator runs it), each
-    one done for all of a branch's actions at once (three reductions per row, not three per action)."""
+    tree reductions in a fixed order (deterministic; no warp shuffles, so the simulator runs it)."""
     b = cuda.blockIdx.x
     if b >= B:
         return
     z = cuda.threadIdx.x
     br = cuda.threadIdx.y
     lanes = cuda.blockDim.x
-    s = cuda.shared.array(HEAD_RED_SHAPE, float32)
-    logit = cuda.local.array(MAX_ACTIONS, float32)
-    mx = cuda.local.array(MAX_ACTIONS, float32)
+    s = cuda.shared.array(RED_SHAPE, float32)
     nA, off = branch_size[br], branch_off[br]
     valid_z = z < atoms
     v = head[b, z] if valid_z else float32(0.0)
@@ -103,33 +82,28 @@ def dueling_head_kernel(head, B, n_branch, branch_size, branch_off, atoms, max_a
         for a in range(nA):
             mean += head[b, atoms * (1 + off + a) + z]
         mean /= nA
-    for a in range(max_actions):
+    for a in range(max_actions):  # the same trip count in every thread: the barriers stay uniform
         ok = valid_z and a < nA
-        logit[a] = v + head[b, atoms * (1 + off + a) + z] - mean if ok else float32(-3.4e38)
-        s[br, a, z] = logit[a]
-    cuda.syncthreads()
-    _tree_actions_dev(s, br, z, lanes, max_actions, 1)
-    for a in range(max_actions):  # the max of each action's logits, read before the next writes
-        mx[a] = s[br, a, 0]
-    cuda.syncthreads()
-    for a in range(max_actions):
-        s[br, a, z] = math.exp(logit[a] - mx[a]) if valid_z and a < nA else float32(0.0)
-    cuda.syncthreads()
-    _tree_actions_dev(s, br, z, lanes, max_actions, 0)
-    for a in range(max_actions):  # logit - logsumexp, as mx + log(sum) (the reference's order)
-        lse = mx[a] + math.log(s[br, a, 0]) if a < nA else float32(0.0)
-        logit[a] = logit[a] - lse
-    cuda.syncthreads()
-    for a in range(max_actions):
-        ok = valid_z and a < nA
+        logit = v + head[b, atoms * (1 + off + a) + z] - mean if ok else float32(-3.4e38)
+        s[br, z] = logit
+        cuda.syncthreads()
+        _tree_dev(s, br, z, lanes, 1)
+        mx = s[br, 0]
+        cuda.syncthreads()
+        s[br, z] = math.exp(logit - mx) if ok else float32(0.0)
+        cuda.syncthreads()
+        _tree_dev(s, br, z, lanes, 0)
+        lse = mx + math.log(s[br, 0]) if a < nA else float32(0.0)
+        cuda.syncthreads()
+        lp = logit - lse
         if ok:
-            logp[b, off + a, z] = logit[a]
-        s[br, a, z] = math.exp(logit[a]) * support[z] if ok else float32(0.0)
-    cuda.syncthreads()
-    _tree_actions_dev(s, br, z, lanes, max_actions, 0)
-    if z == 0:
-        for a in range(nA):
-            q[b, off + a] = s[br, a, 0]
+            logp[b, off + a, z] = lp
+        s[br, z] = math.exp(lp) * support[z] if ok else float32(0.0)
+        cuda.syncthreads()
+        _tree_dev(s, br, z, lanes, 0)
+        if z == 0 and a < nA:
+            q[b, off + a] = s[br, 0]
+        cuda.syncthreads()
 
 
 @device_function
