@@ -59,10 +59,12 @@ def _tree_dev(s, row, z, lanes, op):
         half //= 2
 
 
-@kernel(void(float32[:, ::1], int64, int64, int32[::1], int32[::1], int64, int64, float32[::1], float32[:, :, ::1],
-             float32[:, ::1]))
-def dueling_head_kernel(head, B, n_branch, branch_size, branch_off, atoms, max_actions, support, logp, q):
-    """head: [B, atoms*(1+A)]; support: [atoms]; logp: out [B, A, atoms]; q: out [B, A].
+@kernel(void(float32[:, ::1], float32[::1], int64, int64, int32[::1], int32[::1], int64, int64, float32[::1],
+             float32[:, :, ::1], float32[:, ::1]))
+def dueling_head_kernel(head, head_bias, B, n_branch, branch_size, branch_off, atoms, max_actions, support, logp, q):
+    """head: [B, atoms*(1+A)], the head GEMM's output before its bias; head_bias: [atoms*(1+A)], added
+    here as each value is read (the same float32 sum a separate bias kernel would store, one launch
+    fewer); support: [atoms]; logp: out [B, A, atoms]; q: out [B, A].
 
     Block per row (``head_launch``): thread (z, br) owns atom z of branch br, so a row is read with
     consecutive threads on consecutive columns; max, sum and expectation over atoms are shared-memory
@@ -76,15 +78,17 @@ def dueling_head_kernel(head, B, n_branch, branch_size, branch_off, atoms, max_a
     s = cuda.shared.array(RED_SHAPE, float32)
     nA, off = branch_size[br], branch_off[br]
     valid_z = z < atoms
-    v = head[b, z] if valid_z else float32(0.0)
+    v = head[b, z] + head_bias[z] if valid_z else float32(0.0)
     mean = float32(0.0)
     if valid_z:
         for a in range(nA):
-            mean += head[b, atoms * (1 + off + a) + z]
+            c = atoms * (1 + off + a) + z
+            mean += head[b, c] + head_bias[c]
         mean /= nA
     for a in range(max_actions):  # the same trip count in every thread: the barriers stay uniform
         ok = valid_z and a < nA
-        logit = v + head[b, atoms * (1 + off + a) + z] - mean if ok else float32(-3.4e38)
+        c = atoms * (1 + off + a) + z
+        logit = v + (head[b, c] + head_bias[c]) - mean if ok else float32(-3.4e38)
         s[br, z] = logit
         cuda.syncthreads()
         _tree_dev(s, br, z, lanes, 1)

@@ -120,12 +120,34 @@ def bias_act_backward_kernel(dY, Y, dbias, M, N, act):
     j = cuda.blockIdx.x * cuda.blockDim.x + tx
     acc = float32(0.0)
     if j < N:
-        for i in range(ty, M, by):
+        # four rows of the thread's chain loaded before they are added: the loads overlap instead of
+        # waiting one after another, and acc adds them in the same order as a row-by-row loop
+        i = ty
+        while i + 3 * by < M:
+            d0, d1, d2, d3 = dY[i, j], dY[i + by, j], dY[i + 2 * by, j], dY[i + 3 * by, j]
+            if act == ACT_RELU:
+                if Y[i, j] <= 0:
+                    d0 = 0.0
+                if Y[i + by, j] <= 0:
+                    d1 = 0.0
+                if Y[i + 2 * by, j] <= 0:
+                    d2 = 0.0
+                if Y[i + 3 * by, j] <= 0:
+                    d3 = 0.0
+                dY[i, j], dY[i + by, j], dY[i + 2 * by, j], dY[i + 3 * by, j] = d0, d1, d2, d3
+            acc += d0
+            acc += d1
+            acc += d2
+            acc += d3
+            i += 4 * by
+        while i < M:
             d = dY[i, j]
-            if act == ACT_RELU and Y[i, j] <= 0:
-                d = 0.0
-            dY[i, j] = d
+            if act == ACT_RELU:
+                if Y[i, j] <= 0:
+                    d = 0.0
+                dY[i, j] = d
             acc += d
+            i += by
     s[ty, tx] = acc
     cuda.syncthreads()
     if ty == 0 and j < N:

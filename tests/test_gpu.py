@@ -84,6 +84,7 @@ def test_graph_with_cublas_and_numba_equals_eager(rng, device, blas):
     step, lr = cuda.to_device(np.zeros(1, np.int64), stream=s), cuda.to_device(np.array([1e-3], np.float32), stream=s)
     dsizes, doffs = cuda.to_device(sizes, stream=s), cuda.to_device(offs, stream=s)
     guard = cuda.to_device(np.zeros(1, np.int32), stream=s)
+    head_bias = cuda.to_device(np.zeros(head.shape[1], np.float32), stream=s)
 
     def train_step(st):
         blas.gemm(x, w1, h)
@@ -91,7 +92,7 @@ def test_graph_with_cublas_and_numba_equals_eager(rng, device, blas):
         dense.bias_act_kernel[grid, tpb, st](h, b1, B, H, dense.ACT_RELU)
         blas.gemm(h, w2, head)
         hg, hb = c51.head_launch(B, atoms, nb)
-        c51.dueling_head_kernel[hg, hb, st](head, B, nb, dsizes, doffs, atoms, 3, support, logp, q)
+        c51.dueling_head_kernel[hg, hb, st](head, head_bias, B, nb, dsizes, doffs, atoms, 3, support, logp, q)
         c51.c51_loss_kernel[c51.loss_launch(B, atoms) + (st,)](logp, q, logp, acts, rew, done, 0.97, -1.0, 1.0, atoms, isw, nb,
                                                        dsizes, doffs, 1.0 / B, dhead, loss, B)
         blas.gemm(h, dhead, dw2, 1, 0)

@@ -206,13 +206,14 @@ def test_bias_relu_and_backward(rng):
     dense.bias_act_kernel[grid, tpb](Y, dev(b), M, N, dense.ACT_RELU)
     post = Y.copy_to_host()
     np.testing.assert_allclose(post, dense.bias_act_ref(Y0, b, dense.ACT_RELU), rtol=1e-6)
-    dY0 = rng.normal(size=(M, N)).astype(np.float32)
-    dY, db = dev(dY0), poisoned(N)
     grid, block = dense.bias_backward_launch(N, SIMULATOR)
-    dense.bias_act_backward_kernel[grid, block](dY, dev(post), db, M, N, dense.ACT_RELU)
-    want_d, want_db = dense.bias_act_backward_ref(dY0, post, dense.ACT_RELU)
-    np.testing.assert_allclose(dY.copy_to_host(), want_d, rtol=1e-6)
-    np.testing.assert_allclose(db.copy_to_host(), want_db, rtol=1e-5, atol=1e-6)
+    for act in (dense.ACT_RELU, dense.ACT_IDENTITY):  # 13 rows: unrolled chains and tails both run
+        dY0 = rng.normal(size=(M, N)).astype(np.float32)
+        dY, db = dev(dY0), poisoned(N)
+        dense.bias_act_backward_kernel[grid, block](dY, dev(post), db, M, N, act)
+        want_d, want_db = dense.bias_act_backward_ref(dY0, post, act)
+        np.testing.assert_allclose(dY.copy_to_host(), want_d, rtol=1e-6)
+        np.testing.assert_allclose(db.copy_to_host(), want_db, rtol=1e-5, atol=1e-6)
 
 
 # ---- C51 head and loss ----
@@ -228,11 +229,13 @@ def _head(rng, B, atoms):
 def test_dueling_head_matches_reference(rng):
     B, atoms = 6, 11
     head = _head(rng, B, atoms)
+    bias = rng.normal(0, 0.5, head.shape[1]).astype(np.float32)  # the head layer's bias, added on read
     support = np.linspace(-2, 2, atoms).astype(np.float32)
     logp, q = poisoned((B, 9, atoms)), poisoned((B, 9))
     grid, block = c51.head_launch(B, atoms, 3)
-    c51.dueling_head_kernel[grid, block](dev(head), B, 3, dev(BRANCHES), dev(OFFSETS), atoms, 3, dev(support), logp, q)
-    rl, rq = c51.dueling_head_ref(head.astype(np.float64), list(BRANCHES), atoms, support)
+    c51.dueling_head_kernel[grid, block](dev(head), dev(bias), B, 3, dev(BRANCHES), dev(OFFSETS), atoms, 3,
+                                         dev(support), logp, q)
+    rl, rq = c51.dueling_head_ref((head + bias).astype(np.float64), list(BRANCHES), atoms, support)
     np.testing.assert_allclose(logp.copy_to_host(), rl, rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(q.copy_to_host(), rq, rtol=1e-4, atol=1e-5)
 

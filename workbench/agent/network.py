@@ -122,21 +122,19 @@ class DeviceNetwork:
                                                                   self.d2, self.d1))
 
     def forward(self, params_flat, x) -> None:
-        """x: float32 [rows, obs_dim]; fills h1, h2, head, logp, q."""
+        """x: float32 [rows, obs_dim]; fills h1, h2, head (before its bias), logp, q."""
         p = views(params_flat, self.shape)
         st, sh = self.device.stream, self.shape
         sim = self.device.simulator
         gh, th = dense.bias_act_launch(self.rows, sh.hidden, sim)
-        gw, tw = dense.bias_act_launch(self.rows, sh.head_width, sim)
         self.gemm.gemm(x, p["W1"], self.h1)
         dense.bias_act_kernel[gh, th, st](self.h1, p["b1"], self.rows, sh.hidden, dense.ACT_RELU)
         self.gemm.gemm(self.h1, p["W2"], self.h2)
         dense.bias_act_kernel[gh, th, st](self.h2, p["b2"], self.rows, sh.hidden, dense.ACT_RELU)
-        self.gemm.gemm(self.h2, p["W3"], self.head)
-        dense.bias_act_kernel[gw, tw, st](self.head, p["b3"], self.rows, sh.head_width, dense.ACT_IDENTITY)
+        self.gemm.gemm(self.h2, p["W3"], self.head)  # its bias is added by the dueling head as it reads
         nb = len(sh.branch_sizes)
         grid, block = c51.head_launch(self.rows, sh.atoms, nb)
-        c51.dueling_head_kernel[grid, block, st](self.head, self.rows, nb, self.bsz, self.boff, sh.atoms,
+        c51.dueling_head_kernel[grid, block, st](self.head, p["b3"], self.rows, nb, self.bsz, self.boff, sh.atoms,
                                                 max(sh.branch_sizes), self.support, self.logp, self.q)
 
     def backward(self, params_flat, grads_flat, x, dhead) -> None:

@@ -67,6 +67,14 @@ def _gs(device: Device, n: int, tpb: int) -> tuple[int, int]:
     return (max(1, min(cap, (n + tpb - 1) // tpb)), tpb)
 
 
+def _gs_per_sm(device: Device, n: int, tpb: int, per_sm: int = 4) -> tuple[int, int]:
+    """Grid-stride kernels with per-thread setup worth sharing (Adam's two float64 powers): a few blocks
+    per multiprocessor, each thread taking several elements."""
+    if device.simulator:
+        return _gs(device, n, 32)
+    return (max(1, min(per_sm * device.info.multiprocessors, (n + tpb - 1) // tpb)), tpb)
+
+
 class Graphs(NamedTuple):
     """The fold's captured graphs (eager stand-ins in the simulator)."""
 
@@ -193,7 +201,8 @@ class DeviceTrainer:
         K_opt.guard_kernel[1, self.red, st](b.loss, b.isw, b.size, S.nets.s.q, b.size, cfg.q_limit, lr.clip, lr.guard,
                                             lr.stats)
         gp = _gs(self.device, n, 256 if not self.device.simulator else 32) + (st,)
-        K_opt.adam_kernel[gp](lr.params, lr.grads, lr.m, lr.v, n, lr.lr, cfg.adam_beta1, cfg.adam_beta2, cfg.adam_eps,
+        ga = _gs_per_sm(self.device, n, 256) + (st,)
+        K_opt.adam_kernel[ga](lr.params, lr.grads, lr.m, lr.v, n, lr.lr, cfg.adam_beta1, cfg.adam_beta2, cfg.adam_eps,
                               cfg.weight_decay, lr.step, lr.clip, lr.guard)
         K_per.priority_claim_kernel[g](b.idx, rp.owner, b.size, rp.capacity, rp.bad)
         K_per.priority_write_kernel[g](rp.prio, b.idx, b.loss, rp.owner, b.size, rp.capacity, cfg.per_alpha,
