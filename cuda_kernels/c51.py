@@ -29,11 +29,13 @@ MAX_BRANCHES, MAX_ACTIONS = 4, 8
 RED_SHAPE = (MAX_BRANCHES, MAX_ATOMS)  # shared-memory reduction rows (compile-time shape)
 
 
-def head_launch(B: int, n_actions: int, simulator: bool = False) -> tuple[int, int]:
-    """(grid, block) of ``dueling_head_kernel``: a thread per (row, action), grid-stride."""
-    tpb = 32 if simulator else 128
-    blocks = (B * n_actions + tpb - 1) // tpb
-    return max(1, min(blocks, 8) if simulator else blocks), tpb
+def head_launch(B: int, atoms: int, n_branch: int) -> tuple[int, tuple[int, int]]:
+    """(grid, block) of ``dueling_head_kernel``: one block per row, lanes (a power of two >= atoms)
+    by branches."""
+    lanes = 1
+    while lanes < atoms:
+        lanes *= 2
+    return B, (lanes, n_branch)
 
 
 def loss_launch(B: int, atoms: int) -> tuple[int, int]:
@@ -57,65 +59,55 @@ def _tree_dev(s, row, z, lanes, op):
         half //= 2
 
 
-@device_function
-def _tree_sum_local(t, lanes):
-    """Sum of t[:lanes] by the pairwise tree of ``_tree_dev`` (level by level, t[z] += t[z + half]), in one
-    thread: the same additions in the same order as the shared-memory tree, with no barrier."""
-    half = lanes // 2
-    while half > 0:
-        for z in range(half):
-            t[z] += t[z + half]
-        half //= 2
-    return t[0]
-
-
-@kernel(void(float32[:, ::1], float32[::1], int64, int64, int32[::1], int32[::1], int64, float32[::1],
+@kernel(void(float32[:, ::1], float32[::1], int64, int64, int32[::1], int32[::1], int64, int64, float32[::1],
              float32[:, :, ::1], float32[:, ::1]))
-def dueling_head_kernel(head, head_bias, B, n_branch, branch_size, branch_off, atoms, support, logp, q):
+def dueling_head_kernel(head, head_bias, B, n_branch, branch_size, branch_off, atoms, max_actions, support, logp, q):
     """head: [B, atoms*(1+A)], the head GEMM's output before its bias; head_bias: [atoms*(1+A)], added
     here as each value is read (the same float32 sum a separate bias kernel would store, one launch
     fewer); support: [atoms]; logp: out [B, A, atoms]; q: out [B, A].
 
-    A thread per (row, action) (``head_launch``, grid-stride): the action's logits over the atoms, their
-    max, log-sum-exp and expectation, each sum over the atoms as the fixed pairwise tree of a power-of-two
-    width (``_tree_sum_local``): deterministic, no barriers (the simulator runs it fast) and no block
-    per row waiting on a chain of syncthreads."""
-    n_act = branch_off[n_branch - 1] + branch_size[n_branch - 1]
-    lanes = 1
-    while lanes < atoms:
-        lanes *= 2
-    lg = cuda.local.array(MAX_ATOMS, float32)
-    t = cuda.local.array(MAX_ATOMS, float32)
-    for e in range(cuda.grid(1), B * n_act, cuda.gridsize(1)):
-        b = e // n_act
-        k = e % n_act  # the action, over every branch
-        br = 0
-        for i in range(1, n_branch):
-            if k >= branch_off[i]:
-                br = i
-        nA, off = branch_size[br], branch_off[br]
-        col = atoms * (1 + k)
-        mx = float32(-3.4e38)
-        for z in range(atoms):
-            mean = float32(0.0)
-            for a in range(nA):
-                c = atoms * (1 + off + a) + z
-                mean += head[b, c] + head_bias[c]
-            mean /= nA
-            logit = (head[b, z] + head_bias[z]) + (head[b, col + z] + head_bias[col + z]) - mean
-            lg[z] = logit
-            mx = max(mx, logit)
-        for z in range(lanes):
-            t[z] = math.exp(lg[z] - mx) if z < atoms else float32(0.0)
-        lse = mx + math.log(_tree_sum_local(t, lanes))
-        for z in range(lanes):
-            if z < atoms:
-                lp = lg[z] - lse
-                logp[b, k, z] = lp
-                t[z] = math.exp(lp) * support[z]
-            else:
-                t[z] = float32(0.0)
-        q[b, k] = _tree_sum_local(t, lanes)
+    Block per row (``head_launch``): thread (z, br) owns atom z of branch br, so a row is read with
+    consecutive threads on consecutive columns; max, sum and expectation over atoms are shared-memory
+    tree reductions in a fixed order (deterministic; no warp shuffles, so the simulator runs it)."""
+    b = cuda.blockIdx.x
+    if b >= B:
+        return
+    z = cuda.threadIdx.x
+    br = cuda.threadIdx.y
+    lanes = cuda.blockDim.x
+    s = cuda.shared.array(RED_SHAPE, float32)
+    nA, off = branch_size[br], branch_off[br]
+    valid_z = z < atoms
+    v = head[b, z] + head_bias[z] if valid_z else float32(0.0)
+    mean = float32(0.0)
+    if valid_z:
+        for a in range(nA):
+            c = atoms * (1 + off + a) + z
+            mean += head[b, c] + head_bias[c]
+        mean /= nA
+    for a in range(max_actions):  # the same trip count in every thread: the barriers stay uniform
+        ok = valid_z and a < nA
+        c = atoms * (1 + off + a) + z
+        logit = v + (head[b, c] + head_bias[c]) - mean if ok else float32(-3.4e38)
+        s[br, z] = logit
+        cuda.syncthreads()
+        _tree_dev(s, br, z, lanes, 1)
+        mx = s[br, 0]
+        cuda.syncthreads()
+        s[br, z] = math.exp(logit - mx) if ok else float32(0.0)
+        cuda.syncthreads()
+        _tree_dev(s, br, z, lanes, 0)
+        lse = mx + math.log(s[br, 0]) if a < nA else float32(0.0)
+        cuda.syncthreads()
+        lp = logit - lse
+        if ok:
+            logp[b, off + a, z] = lp
+        s[br, z] = math.exp(lp) * support[z] if ok else float32(0.0)
+        cuda.syncthreads()
+        _tree_dev(s, br, z, lanes, 0)
+        if z == 0 and a < nA:
+            q[b, off + a] = s[br, 0]
+        cuda.syncthreads()
 
 
 @device_function

@@ -91,8 +91,8 @@ def test_graph_with_cublas_and_numba_equals_eager(rng, device, blas):
         grid, tpb = dense.bias_act_launch(B, H, False)
         dense.bias_act_kernel[grid, tpb, st](h, b1, B, H, dense.ACT_RELU)
         blas.gemm(h, w2, head)
-        hg, hb = c51.head_launch(B, int(sizes.sum()))
-        c51.dueling_head_kernel[hg, hb, st](head, head_bias, B, nb, dsizes, doffs, atoms, support, logp, q)
+        hg, hb = c51.head_launch(B, atoms, nb)
+        c51.dueling_head_kernel[hg, hb, st](head, head_bias, B, nb, dsizes, doffs, atoms, 3, support, logp, q)
         c51.c51_loss_kernel[c51.loss_launch(B, atoms) + (st,)](logp, q, logp, acts, rew, done, 0.97, -1.0, 1.0, atoms, isw, nb,
                                                        dsizes, doffs, 1.0 / B, dhead, loss, B)
         blas.gemm(h, dhead, dw2, 1, 0)

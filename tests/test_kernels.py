@@ -232,8 +232,8 @@ def test_dueling_head_matches_reference(rng):
     bias = rng.normal(0, 0.5, head.shape[1]).astype(np.float32)  # the head layer's bias, added on read
     support = np.linspace(-2, 2, atoms).astype(np.float32)
     logp, q = poisoned((B, 9, atoms)), poisoned((B, 9))
-    grid, block = c51.head_launch(B, 9, SIMULATOR)
-    c51.dueling_head_kernel[grid, block](dev(head), dev(bias), B, 3, dev(BRANCHES), dev(OFFSETS), atoms,
+    grid, block = c51.head_launch(B, atoms, 3)
+    c51.dueling_head_kernel[grid, block](dev(head), dev(bias), B, 3, dev(BRANCHES), dev(OFFSETS), atoms, 3,
                                          dev(support), logp, q)
     rl, rq = c51.dueling_head_ref((head + bias).astype(np.float64), list(BRANCHES), atoms, support)
     np.testing.assert_allclose(logp.copy_to_host(), rl, rtol=1e-4, atol=1e-5)

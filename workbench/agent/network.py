@@ -133,9 +133,9 @@ class DeviceNetwork:
         dense.bias_act_kernel[gh, th, st](self.h2, p["b2"], self.rows, sh.hidden, dense.ACT_RELU)
         self.gemm.gemm(self.h2, p["W3"], self.head)  # its bias is added by the dueling head as it reads
         nb = len(sh.branch_sizes)
-        grid, block = c51.head_launch(self.rows, sh.n_actions, sim)
+        grid, block = c51.head_launch(self.rows, sh.atoms, nb)
         c51.dueling_head_kernel[grid, block, st](self.head, p["b3"], self.rows, nb, self.bsz, self.boff, sh.atoms,
-                                                self.support, self.logp, self.q)
+                                                max(sh.branch_sizes), self.support, self.logp, self.q)
 
     def backward(self, params_flat, grads_flat, x, dhead) -> None:
         """dhead: float32 [rows, head_width] (overwritten); writes every gradient into grads_flat."""
