@@ -75,7 +75,9 @@ def dueling_head_kernel(head, head_bias, B, n_branch, branch_size, branch_off, a
     z = cuda.threadIdx.x
     br = cuda.threadIdx.y
     lanes = cuda.blockDim.x
-    s = cuda.shared.array(RED_SHAPE, float32)
+    s_max = cuda.shared.array(RED_SHAPE, float32)
+    s_sum = cuda.shared.array(RED_SHAPE, float32)
+    s_q = cuda.shared.array(RED_SHAPE, float32)
     nA, off = branch_size[br], branch_off[br]
     valid_z = z < atoms
     v = head[b, z] + head_bias[z] if valid_z else float32(0.0)
@@ -86,28 +88,27 @@ def dueling_head_kernel(head, head_bias, B, n_branch, branch_size, branch_off, a
             mean += head[b, c] + head_bias[c]
         mean /= nA
     for a in range(max_actions):  # the same trip count in every thread: the barriers stay uniform
+        # three reduction buffers in turn: each is read right after its tree and written again only
+        # after the next two trees' barriers, so no barrier is needed between a read and the next write
         ok = valid_z and a < nA
         c = atoms * (1 + off + a) + z
         logit = v + (head[b, c] + head_bias[c]) - mean if ok else float32(-3.4e38)
-        s[br, z] = logit
+        s_max[br, z] = logit
         cuda.syncthreads()
-        _tree_dev(s, br, z, lanes, 1)
-        mx = s[br, 0]
+        _tree_dev(s_max, br, z, lanes, 1)
+        mx = s_max[br, 0]
+        s_sum[br, z] = math.exp(logit - mx) if ok else float32(0.0)
         cuda.syncthreads()
-        s[br, z] = math.exp(logit - mx) if ok else float32(0.0)
-        cuda.syncthreads()
-        _tree_dev(s, br, z, lanes, 0)
-        lse = mx + math.log(s[br, 0]) if a < nA else float32(0.0)
-        cuda.syncthreads()
+        _tree_dev(s_sum, br, z, lanes, 0)
+        lse = mx + math.log(s_sum[br, 0]) if a < nA else float32(0.0)
         lp = logit - lse
         if ok:
             logp[b, off + a, z] = lp
-        s[br, z] = math.exp(lp) * support[z] if ok else float32(0.0)
+        s_q[br, z] = math.exp(lp) * support[z] if ok else float32(0.0)
         cuda.syncthreads()
-        _tree_dev(s, br, z, lanes, 0)
+        _tree_dev(s_q, br, z, lanes, 0)
         if z == 0 and a < nA:
-            q[b, off + a] = s[br, 0]
-        cuda.syncthreads()
+            q[b, off + a] = s_q[br, 0]
 
 
 @device_function
