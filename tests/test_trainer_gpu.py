@@ -77,7 +77,8 @@ def test_test_q_is_the_kept_weights_q_and_a_one_seed_ensemble_is_the_agent(bars)
     support = np.linspace(cfg.training.v_min, cfg.training.v_max, prof.atoms).astype(np.float32).astype(np.float64)
     want = forward_ref(res.params, enumerate_positions_ref(w.features[a:b], N_POS), shape, support)["q"]
     assert res.test_q.shape == (b - a, N_POS, 9)
-    assert np.abs(res.test_q.reshape(-1, 9) - want).max() <= 1e-3 * max(1.0, np.abs(want).max())
+    tol = 1e-3 if prof.math == "fp32" else 3e-2  # TF32 GEMMs carry ~1e-3 relative error per layer
+    assert np.abs(res.test_q.reshape(-1, 9) - want).max() <= tol * max(1.0, np.abs(want).max())
     ta, tb = int(prep.folds.loc[0, "test_start"]), int(prep.folds.loc[0, "test_stop"])
     for seeds in ([res], [res, res]):
         ens = ensemble_test(seeds, prep.bars, prep.spec, ta, tb)
