@@ -106,7 +106,8 @@ def simple_frame(n: int = 50, start: str = "2024-03-04 14:30", seed: int = 0) ->
 class HostGemm:
     """The GEMM contract computed by NumPy on the simulator's host-backed arrays, for whole-fold tests
     that check the trainer's wiring, not the GEMM (the Numba GEMM is pinned to NumPy in test_kernels
-    and runs in test_cross_backend's update test); the simulator's GEMM costs ~0.6 s a launch."""
+    and runs inside the network's forward and backward in test_network); the simulator's GEMM costs
+    ~0.6 s a launch."""
 
     name = "numpy"
 

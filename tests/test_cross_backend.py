@@ -14,7 +14,6 @@ import pytest
 
 from cuda_kernels.slots import RF
 from workbench.agent.cpu_trainer import CpuTrainer
-from workbench.agent.gemm import make_gemm
 from workbench.agent.train_config import TrainConfig
 from workbench.agent.trainer import DeviceTrainer
 from workbench.agent.window import make_window
@@ -24,7 +23,7 @@ from workbench.gpu_profile import GpuProfile
 
 
 @pytest.mark.slow
-def test_update_steps_agree(bars):
+def test_update_steps_agree(bars, fold_gemm):
     feats = build_features(bars)
     fold = dict(train_start=200, train_stop=700, val_start=720, val_stop=740, test_start=760, test_stop=780)
     w = make_window(bars, feats, fold)
@@ -32,7 +31,7 @@ def test_update_steps_agree(bars):
     cfg = TrainConfig(rollout_steps=6, n_step=2, episode_len=30, learning_starts=0, replay_capacity=1024,
                       v_min=-2.0, v_max=2.0, lr=1e-3)
     device = Device()
-    gpu = DeviceTrainer(device, make_gemm(device), prof, cfg, bars.market, 100_000.0, seed=11)
+    gpu = DeviceTrainer(device, fold_gemm(device), prof, cfg, bars.market, 100_000.0, seed=11)
     graphs = gpu.prepare(w)
     S = gpu.state
     graphs.experience.replay(S.rollout.steps)  # real experience from the GPU envs fills the replay
