@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from workbench.agent.population import GpuPopulation, agent_bytes, train_population
+from workbench.agent.population import GpuPopulation, agent_bytes, launch_plan, train_population
 from workbench.agent.train_config import TrainConfig
 from workbench.agent.trainer import DeviceTrainer
 from workbench.agent.window import make_window
@@ -38,8 +38,9 @@ def _same(a, b) -> None:
 def test_each_agent_of_a_population_gets_what_it_gets_alone(bars, fold_gemm):
     feats = build_features(bars)
     windows = [make_window(bars, feats, f) for f in FOLDS]
-    # two agents of one schedule with different folds, seeds and learning rates
-    plan = [(windows[0], 5, _cfg()), (windows[1], 7, _cfg(lr=3e-3))]
+    # two agents with different folds, seeds, learning rates and schedules: the second trains two epochs
+    # of two updates after three-step rollouts, the first one epoch of one update after two-step rollouts
+    plan = [(windows[0], 5, _cfg()), (windows[1], 7, _cfg(lr=3e-3, epochs=2, max_steps_per_epoch=2, rollout_steps=3))]
     device = Device()
     alone = [DeviceTrainer(device, fold_gemm(device), PROF, c, bars.market, 100_000.0, seed=s).train_fold(w)
              for w, s, c in plan]
@@ -48,22 +49,28 @@ def test_each_agent_of_a_population_gets_what_it_gets_alone(bars, fold_gemm):
                 for lane, (w, s, c) in zip(lanes, plan)]
     seen = []
     together = train_population(device, trainers, [w for w, _, _ in plan], on_epoch=lambda i, log: seen.append(i))
-    assert sorted(seen) == [0, 1]
+    assert sorted(seen) == [0, 1, 1]
     for a, b in zip(together, alone):
         _same(a, b)
     assert not np.array_equal(together[0].params, together[1].params)  # the agents did differ
-    assert together[0].epochs[0].ms["agents_per_launch"] == 2
+    assert [len(r.epochs) for r in together] == [1, 2] and together[1].epochs[1].updates == 2
+    assert together[0].epochs[0].ms["agents_per_launch"] == 2 and together[1].epochs[1].ms["agents_per_launch"] == 1
     assert agent_bytes(trainers[0]) > trainers[0].state.replay.capacity * 4  # counts the replay ring at least
 
 
-def test_a_population_refuses_agents_of_different_schedules(bars, fold_gemm):
+def test_launch_plan_runs_each_agent_its_own_count():
+    assert launch_plan({0: 400, 1: 400, 2: 200}) == [((0, 1, 2), 200), ((0, 1), 200)]
+    assert launch_plan({3: 5, 7: 5}) == [((3, 7), 5)]  # one schedule: one launch of every agent
+    assert launch_plan({0: 0, 1: 3}) == [((1,), 3)]  # an agent that does not update this epoch sits out
+    assert launch_plan({}) == []
+
+
+def test_a_population_needs_one_window_per_trainer(bars, fold_gemm):
     device = Device()
     w = make_window(bars, build_features(bars), FOLDS[0])
-    mk = lambda c: DeviceTrainer(device.lane(), fold_gemm(device), PROF, c, bars.market, 1e5, seed=1)  # noqa: E731
-    with pytest.raises(ValueError, match="share epochs"):
-        GpuPopulation(device, [mk(_cfg()), mk(_cfg(max_steps_per_epoch=2))], [w, w])
+    t = DeviceTrainer(device.lane(), fold_gemm(device), PROF, _cfg(), bars.market, 1e5, seed=1)
     with pytest.raises(ValueError, match="one window per trainer"):
-        GpuPopulation(device, [mk(_cfg())], [w, w])
+        GpuPopulation(device, [t], [w, w])
 
 
 def _tiny_gpu_run(monkeypatch, module, max_folds: int):
@@ -150,3 +157,20 @@ def test_a_swarm_iteration_trains_as_one_population(bars, monkeypatch, tmp_path)
     alone, status, hourly = search.evaluate({"lr": float(log.loc[0, "p_lr"])})  # particle 1, one fold alone
     assert status == "ok" and json.loads(log.loc[0, "val_sharpes"]) == pytest.approx(alone, abs=0, rel=0, nan_ok=True)
     assert json.loads(log.loc[0, "val_pnl_hourly"]) == hourly
+
+
+def test_agents_group_by_size_not_schedule():
+    """Particles that differ in schedule share a population; a different size starts another group."""
+    import dataclasses
+
+    from workbench.agent.backend import Backend
+    from workbench.agent.population import group_key
+    from workbench.config import load_config
+
+    backend = Backend("cpu")  # group_key reads sizes only: any backend with a profile
+    base = load_config(None, ["gpu.hidden=8"])
+    other_schedule = dataclasses.replace(base, training=dataclasses.replace(
+        base.training, epochs=3, max_steps_per_epoch=7, rollout_steps=5, learning_starts=0))
+    other_size = dataclasses.replace(base, gpu=dataclasses.replace(base.gpu, hidden=16))
+    assert group_key(base, backend) == group_key(other_schedule, backend)
+    assert group_key(base, backend) != group_key(other_size, backend)

@@ -14,8 +14,9 @@ and the result. Phases a trainer provides:
   ``(position, pnl, actions taken, expected Q [T, N_POS, actions])``; ``backend``, ``counters()``.
 
 :func:`run_agents` runs that loop for P agents at once: a population (``GpuPopulation``: every
-agent's phase in one graph launch, one readback per epoch) provides the same phases, ``end_epoch``
-returning one report per agent and the per-agent ones (restore, keep, kept, val_pnl, test, counters)
+agent's phase in one graph launch, one readback per epoch) provides the same phases over the agents
+still training (``active``; agents may train different numbers of epochs), ``end_epoch`` returning
+one report per active agent and the per-agent ones (restore, keep, kept, val_pnl, test, counters)
 taking the agent's index; :class:`Single` presents one trainer that way, so :func:`run_fold` is the
 same loop with P = 1.
 """
@@ -53,7 +54,8 @@ def run_fold(trainer, cfg, w, on_epoch=None, test: bool = True) -> FoldTrainResu
 
 
 class Single:
-    """One trainer seen as a population of one (the phases :func:`run_agents` drives)."""
+    """One trainer seen as a population of one (the phases :func:`run_agents` drives; ``active`` is
+    always this one agent while it trains)."""
 
     def __init__(self, trainer, w):
         self.trainer, self.window = trainer, w
@@ -61,22 +63,22 @@ class Single:
     def setup(self) -> None:
         self.trainer.setup(self.window)
 
-    def snapshot(self) -> None:
+    def snapshot(self, active) -> None:
         self.trainer.snapshot()
 
-    def train(self, epoch: int, first: bool) -> None:
-        self.trainer.train(epoch, first)
+    def train(self, epoch: int, active) -> None:
+        self.trainer.train(epoch, first=epoch == 0)
 
-    def validate(self) -> None:
+    def validate(self, active) -> None:
         self.trainer.validate()
 
     def backend_name(self, test: bool) -> str:
         return self.trainer.backend_name(test)
 
-    def experience(self, eps: list[float]) -> None:
+    def experience(self, active, eps: list[float]) -> None:
         self.trainer.experience(eps[0])
 
-    def end_epoch(self, epoch: int) -> list[EpochStats]:
+    def end_epoch(self, epoch: int, active) -> list[EpochStats]:
         return [self.trainer.end_epoch(epoch)]
 
     def restore(self, i: int) -> None:
@@ -100,30 +102,30 @@ class Single:
 
 def run_agents(agents, cfgs, on_epoch=None, test: bool = True) -> list[FoldTrainResult]:
     """The epoch loop of P agents trained side by side (``agents``: :class:`Single`, or a population
-    such as :class:`workbench.agent.population.GpuPopulation`); agent i uses ``cfgs[i]``. Every agent
-    has its own guard restore, epoch logs and kept epoch; ``on_epoch(i, log)`` per agent and epoch."""
-    epochs = {c.epochs for c in cfgs}
-    if len(epochs) != 1:
-        raise ValueError(f"agents trained together need one epoch count (got {sorted(epochs)})")
+    such as :class:`workbench.agent.population.GpuPopulation`); agent i uses ``cfgs[i]`` and trains its
+    own number of epochs (the phases of an epoch take the agents still training, ``active``). Every
+    agent has its own guard restore, epoch logs and kept epoch; ``on_epoch(i, log)`` per agent and epoch."""
+    n_epochs = [c.epochs for c in cfgs]
     t0 = time.perf_counter()
     agents.setup()
     init_ms = (time.perf_counter() - t0) * 1e3
     logs: list[list[EpochLog]] = [[] for _ in cfgs]
     choosers = [EpochSelector(c.select_by) for c in cfgs]
-    for epoch in range(epochs.pop()):
-        eps = [c.epsilon(epoch) for c in cfgs]
-        agents.snapshot()
-        agents.experience(eps)
-        agents.train(epoch, first=epoch == 0)
-        agents.validate()
-        for i, st in enumerate(agents.end_epoch(epoch)):
+    for epoch in range(max(n_epochs)):
+        active = [i for i, n in enumerate(n_epochs) if epoch < n]
+        eps = [cfgs[i].epsilon(epoch) for i in active]
+        agents.snapshot(active)
+        agents.experience(active, eps)
+        agents.train(epoch, active)
+        agents.validate(active)
+        for i, e, st in zip(active, eps, agents.end_epoch(epoch, active)):
             if st.tripped:  # back to the epoch's starting state; the guard stays off for the next epoch
                 agents.restore(i)
             ms = dict(st.ms)
             ms["init"] = init_ms if epoch == 0 else 0.0  # the one-off init phase, reported once
             ms["total"] = sum(ms.values())
             ms.update(st.extra_ms)
-            log = EpochLog.from_stats(epoch + 1, eps[i], st.replay_size, st.updates, st.loss, st.grad_norm,
+            log = EpochLog.from_stats(epoch + 1, e, st.replay_size, st.updates, st.loss, st.grad_norm,
                                       st.max_abs_q, st.tripped, st.val, ms)
             logs[i].append(log)
             if choosers[i].offer(log):

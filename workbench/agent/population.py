@@ -11,10 +11,10 @@ what it computes alone. The epoch's statistics of every agent come back in one r
 sync per epoch for the whole population); guard restore, epoch selection and logs are per agent
 (:func:`workbench.agent.loop.run_agents`).
 
-Agents trained together share the epoch schedule: the same epoch count, experience steps per epoch
-(``rollout_steps + n_step - 1``) and updates per epoch (``max_steps_per_epoch``, and
-``learning_starts`` against the replay fill), which :func:`schedule_key` names; sizes (hidden, atoms,
-batch, envs) may differ between agents. Memory: :func:`agent_bytes` per agent.
+Agents trained together may differ in their schedule (epochs, experience steps per epoch, updates per
+epoch, when learning starts): a phase then runs level by level over the agents it concerns
+(:func:`launch_plan`). :func:`train_jobs` groups agents by size (hidden, atoms, batch, envs, replay
+capacity) so one agent's measured memory holds for its group. Memory: :func:`agent_bytes` per agent.
 """
 from __future__ import annotations
 
@@ -27,29 +27,51 @@ from ..errors import ConfigError
 from .loop import EpochStats, run_agents
 from .network import DeviceNetwork
 from .records import FoldTrainResult
-from .trainer import DeviceTrainer, Graphs, epoch_stats
+from .trainer import DeviceTrainer, epoch_stats
 from .window import Window
 
 
-def schedule_key(cfg, n_envs: int) -> tuple:
-    """What agents of one population must share: epochs, experience steps per epoch, updates per
-    epoch, and the epochs that update (the replay has reached ``learning_starts``)."""
-    return (cfg.epochs, cfg.rollout_steps + cfg.n_step - 1, cfg.max_steps_per_epoch,
-            tuple((e + 1) * n_envs * cfg.rollout_steps >= cfg.learning_starts for e in range(cfg.epochs)))
+def launch_plan(counts: dict[int, int]) -> list[tuple[tuple[int, ...], int]]:
+    """How agents with per-agent repeat counts (experience steps, updates of an epoch) run as joint
+    launches: ``[(agents, repeats)]``, level by level, each level the agents whose count reaches it. One
+    count for all gives one entry with every agent; counts 400, 400, 200 give ``[((0, 1, 2), 200),
+    ((0, 1), 200)]``. Each agent's work keeps its own order (its branch in every launch it is part of)."""
+    plan, done = [], 0
+    for level in sorted({c for c in counts.values() if c > 0}):
+        plan.append((tuple(i for i in sorted(counts) if counts[i] >= level), level - done))
+        done = level
+    return plan
 
 
 class GpuPopulation:
-    """P device trainers driven together (the phases :func:`run_agents` drives)."""
+    """P device trainers driven together (the phases :func:`run_agents` drives).
+
+    Agents may differ in their schedule (epochs, experience steps and updates per epoch, when learning
+    starts): a phase is launched level by level (:func:`launch_plan`) over the agents still training,
+    and every (phase, agents) graph an epoch will need is captured in :meth:`setup`, before any work
+    runs. With one schedule for all, each phase is one graph of every agent, as before."""
 
     def __init__(self, device: Device, trainers: list[DeviceTrainer], windows: list[Window]):
         if not trainers or len(trainers) != len(windows):
             raise ValueError("a population needs one window per trainer")
-        keys = {schedule_key(t.cfg, t.profile.n_envs) for t in trainers}
-        if len(keys) != 1:
-            raise ValueError("agents of one population must share epochs, rollout_steps + n_step, "
-                             "max_steps_per_epoch and when learning starts")
         self.device, self.trainers, self.windows = device, trainers, windows
         self.lanes = [t.device for t in trainers]
+        self.epochs = [t.cfg.epochs for t in trainers]
+        self.joint: dict[tuple, object] = {}
+
+    def _steps(self, active) -> dict[int, int]:
+        return {i: self.trainers[i].state.rollout.steps for i in active}
+
+    def _updates(self, epoch: int, active) -> dict[int, int]:
+        return {i: self.trainers[i].updates_in(epoch) for i in active}
+
+    def _graph(self, name: str, agents: tuple[int, ...]):
+        """The joint graph of phase ``name`` (a trainer method) over ``agents``, captured once."""
+        key = (name, agents)
+        if key not in self.joint:
+            self.joint[key] = self.device.capture_lanes([self.lanes[i] for i in agents],
+                                                        [getattr(self.trainers[i], name) for i in agents])
+        return self.joint[key]
 
     # ---------------------------------------------------------------- the phases run_agents drives
     def setup(self) -> None:
@@ -57,49 +79,53 @@ class GpuPopulation:
         for t, w in zip(ts, self.windows):
             if t.state is None:  # a population planner may have allocated the first agent to measure it
                 t.allocate(w)
-        d.wait_for(self.lanes)  # allocation, uploads and first resets before the first launch
-        joint = lambda name: d.capture_lanes(self.lanes, [getattr(t, name) for t in ts])  # noqa: E731
-        self.graphs = Graphs(experience=joint("_experience_step"), finish_rollout=joint("_finish_rollout"),
-                             update=joint("enqueue_update"), update_parts=(), validation=joint("_validate"))
+        d.wait_for(self.lanes)  # allocation, uploads and first resets before the first launch (and capture)
+        for epoch in range(max(self.epochs)):
+            active = tuple(i for i, n in enumerate(self.epochs) if epoch < n)
+            for agents, _ in launch_plan(self._steps(active)):
+                self._graph("_experience_step", agents)
+            for agents, _ in launch_plan(self._updates(epoch, active)):
+                self._graph("enqueue_update", agents)
+            self._graph("_finish_rollout", active)
+            self._graph("_validate", active)
         self.readback = Readback(d, {f"{i}:{k}": v for i, t in enumerate(ts) for k, v in t.readback_sources().items()})
         d.synchronize()
 
-    def snapshot(self) -> None:
-        for t in self.trainers:
-            t.snapshot()  # on each lane; the next launch waits for the lanes
+    def snapshot(self, active) -> None:
+        for i in active:
+            self.trainers[i].snapshot()  # on each lane; the next launch waits for the lanes
 
-    def experience(self, eps: list[float]) -> None:
+    def experience(self, active, eps: list[float]) -> None:
         d = self.device
-        for t, e in zip(self.trainers, eps):
-            t.state.envs.eps_slot.value[0] = e  # copied in by each branch's first node
+        for i, e in zip(active, eps):
+            self.trainers[i].state.envs.eps_slot.value[0] = e  # copied in by each branch's first node
         d.wait_for(self.lanes)
         self.ev = [d.event().record()]
-        self.graphs.experience.replay(self.trainers[0].state.rollout.steps)
-        self.graphs.finish_rollout.replay(1)
+        for agents, reps in launch_plan(self._steps(active)):
+            self._graph("_experience_step", agents).replay(reps)
+        self._graph("_finish_rollout", tuple(active)).replay(1)
         self.ev.append(d.event().record())
 
-    def train(self, epoch: int, first: bool) -> None:
-        counts = {t.updates_in(epoch) for t in self.trainers}
-        if len(counts) != 1:  # a replay capacity under learning_starts for some agents only
-            raise ValueError(f"agents of one population update differently in epoch {epoch + 1}: {sorted(counts)}")
-        self.updates = counts.pop()
-        self.graphs.update.replay(self.updates)
+    def train(self, epoch: int, active) -> None:
+        for agents, reps in launch_plan(self._updates(epoch, active)):
+            self._graph("enqueue_update", agents).replay(reps)
         self.ev.append(self.device.event().record())
 
-    def validate(self) -> None:
-        self.graphs.validation.replay(1)
+    def validate(self, active) -> None:
+        self._graph("_validate", tuple(active)).replay(1)
         self.ev.append(self.device.event().record())
 
-    def end_epoch(self, epoch: int) -> list[EpochStats]:
+    def end_epoch(self, epoch: int, active) -> list[EpochStats]:
         r = self.readback.read()  # the population's one host sync of the epoch
         for lane in self.lanes:
             lane.wait_for([self.device])  # restores and copies on a lane come after the epoch's graphs
         ev = self.ev
         ms = {"experience": ev[0].elapsed_ms(ev[1]), "training": ev[1].elapsed_ms(ev[2]),
               "validation": ev[2].elapsed_ms(ev[3])}
-        extra = {"agents_per_launch": len(self.trainers)}  # the phase times are the whole population's
+        extra = {"agents_per_launch": len(active)}  # the phase times are the whole population's
         out = []
-        for i, t in enumerate(self.trainers):
+        for i in active:
+            t = self.trainers[i]
             mine = {k.split(":", 1)[1]: v for k, v in r.items() if k.startswith(f"{i}:")}
             t.last = mine
             out.append(epoch_stats(mine, dict(ms), dict(extra)))
@@ -193,16 +219,15 @@ def train_folds(ks: list[int], prep, cfg, backend, on_epoch=None, on_group=None)
 
 
 def group_key(cfg, backend) -> tuple:
-    """Agents that can share a population: the same schedule (:func:`schedule_key`) and sizes, so one
-    agent's measured memory holds for every agent of the group."""
+    """Agents that can share a population: the same sizes (every buffer the same shape but the rollout's,
+    so one agent's measured memory holds for every agent of the group); schedules may differ."""
     prof = backend.sized(cfg.gpu)
-    return (schedule_key(cfg.training, prof.n_envs), prof.hidden, prof.atoms, prof.batch, prof.n_envs,
-            cfg.training.replay_capacity)
+    return (prof.hidden, prof.atoms, prof.batch, prof.n_envs, cfg.training.replay_capacity)
 
 
 def train_jobs(jobs: list[Job], prep, backend, test: bool = True, on_epoch=None, on_group=None):
     """Train ``jobs`` (:class:`Job`: fold, run config, seed index) as populations on the GPU: jobs
-    of one :func:`group_key` train together, as many per population as ``gpu.population`` says or free
+    of one :func:`group_key` (their sizes) train together, as many per population as ``gpu.population`` says or free
     memory holds (:func:`plan_size`). Fold seeds and windows are those of the one-fold path
     (:func:`workbench.agent.fold.train_fold`), so each job's result is what it gets alone. Yields
     ``(job index, FoldTrainResult)`` group by group; ``on_group(job indices, size, bytes per agent)``
