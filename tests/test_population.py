@@ -15,8 +15,8 @@ from workbench.features import build_features
 from workbench.gpu_profile import GpuProfile
 
 PROF = GpuProfile(hidden=8, atoms=2, batch=4, n_envs=2)
-FOLDS = [dict(train_start=300, train_stop=600, val_start=610, val_stop=616, test_start=630, test_stop=636),
-         dict(train_start=500, train_stop=800, val_start=810, val_stop=815, test_start=830, test_stop=835)]
+FOLDS = [dict(train_start=300, train_stop=600, val_start=610, val_stop=614, test_start=630, test_stop=634),
+         dict(train_start=500, train_stop=800, val_start=810, val_stop=814, test_start=830, test_stop=834)]
 
 
 def _cfg(**kw) -> TrainConfig:
@@ -91,7 +91,7 @@ def _tiny_gpu_run(monkeypatch, module, max_folds: int):
     monkeypatch.setattr(module, "make_backend", lambda choice: gpu)
     return load_config(None, ["training.epochs=1", "training.max_steps_per_epoch=1", "training.rollout_steps=2",
                               "training.n_step=1", "training.learning_starts=0", "training.episode_len=20",
-                              "training.replay_capacity=1024", "splits.train=400", "splits.val=6", "splits.test=6",
+                              "training.replay_capacity=1024", "splits.train=400", "splits.val=4", "splits.test=4",
                               f"splits.max_folds={max_folds}", "gpu.hidden=8", "gpu.atoms=2", "gpu.batch=4",
                               "gpu.n_envs=2", 'device="gpu"'])
 
