@@ -85,7 +85,8 @@ class GpuOverrides:
     atoms: int = _f(0, "C51 atoms, 2..128 (0 = the profile's)")
     batch: int = _f(0, "replay batch per update (0 = the profile's)")
     n_envs: int = _f(0, "parallel environments (0 = the profile's)")
-    population: int = _f(0, "folds trained side by side in one graph on the GPU (0 = the profile's: as many as "
+    population: int = _f(0, "agents (folds, seeds, search trials) trained side by side in one graph on the GPU "
+                            "(0 = the profile's: as many as "
                             "fit in free device memory; 1 = one at a time)")
 
 

@@ -27,7 +27,7 @@ class GpuProfile:
     replay_vram_fraction: float = _f(0.05, "share of free device memory for the replay ring")
     gemm: str = _f("numba", "'cublas' or 'numba'")
     math: str = _f("fp32", "'fp32' or 'tf32'")
-    population: int = _f(0, "folds trained side by side in one graph: 0 = as many as fit in free device memory, "
+    population: int = _f(0, "agents trained side by side in one graph: 0 = as many as fit in free device memory, "
                             "1 = one at a time")
 
 
