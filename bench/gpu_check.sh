@@ -12,6 +12,8 @@ python3 -c "import numpy, numba, numba_cuda; print('numpy', numpy.__version__, '
 python3 -m pytest -q -p no:cacheprovider tests/test_gpu.py tests/test_kernels.py tests/test_env.py tests/test_backtest.py tests/test_network.py tests/test_rollout.py tests/test_cross_backend.py tests/test_population.py tests/test_trainer_gpu.py 2>&1 | tee "$OUT/pytest.txt"
 [ "${SKIP_MICRO:-0}" = 1 ] || python3 bench/micro.py --json "$OUT/micro.json" 2>&1 | tee "$OUT/micro.txt"
 python3 bench/train_step.py --json "$OUT/train_step.json" 2>&1 | grep -v Warning | tee "$OUT/train_step.txt"
+python3 bench/population_schedules.py --json "$OUT/population_schedules.json" 2>&1 | grep -v Warning \
+  | tee "$OUT/population_schedules.txt"
 ( time python3 -m workbench.walkforward data/es_sample.parquet --device gpu --out /tmp/gpu_run --progress plain ) \
   > "$OUT/walkforward.txt" 2>&1; tail -45 "$OUT/walkforward.txt"
 cp /tmp/gpu_run/summary.json "$OUT/summary.json" 2>/dev/null
