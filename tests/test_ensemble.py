@@ -122,3 +122,16 @@ def test_a_search_trial_with_seeds_scores_the_mean_of_its_seeds():
     want = np.mean([s for s, _ in alone])
     assert sharpes[0] == pytest.approx(want, nan_ok=True) or (math.isnan(sharpes[0]) and math.isnan(want))
     assert hourly == pytest.approx(list(np.mean([h for _, h in alone], axis=0)))
+
+
+@pytest.mark.slow
+def test_the_command_prints_and_writes_the_seeds(tmp_path, capsys):
+    from workbench.walkforward import main
+
+    sets = [x for kv in TINY + ["training.seeds=2", "splits.max_folds=1"] for x in ("--set", kv)]
+    assert main(["data/es_sample.parquet", *sets, "--out", str(tmp_path / "a"), "--progress", "none"]) == 0
+    out = capsys.readouterr().out
+    assert "ensemble of 2 seeds" in out and "seed 1" in out and "seeds: mean" in out
+    assert main(["data/es_sample.parquet", *sets, "--out", str(tmp_path / "b"), "--progress", "none", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["seeds"]["seeds"] == 2 and len(doc["seeds"]["per_seed"]) == 2
