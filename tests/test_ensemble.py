@@ -67,6 +67,7 @@ def test_seed_ensemble_walkforward_resume_and_each_seed_alone(tmp_path, capsys):
     one = WalkForward(cfg1).run("data/es_sample.parquet", progress=None)
     out = capsys.readouterr().err
     assert "ensemble of 2 seeds" in out and "seeds alone: sharpe mean" in out
+    assert "fold 2/2 epoch 4/4" in out  # seeds one after another: progress counts both seeds' epochs
     assert all(f.ok for f in two.fold_results) and all(len(f.members) == 2 for f in two.fold_results)
     prep = WalkForward(cfg2).prepare("data/es_sample.parquet")
     backend = make_backend("cpu")

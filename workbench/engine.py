@@ -209,7 +209,8 @@ class WalkForward:
             todo = []  # every fold done, in populations
         if here:
             def job(k):
-                on_epoch = ((lambda log: progress.epoch(k, log, cfg.training.epochs))
+                # a fold's seeds train one after another here: their epochs count on (run_dqn_fold)
+                on_epoch = ((lambda log: progress.epoch(k, log, cfg.training.epochs * cfg.training.seeds))
                             if progress and agent else None)
                 return fold_result(cfg, k, prep, backend, ranges[k], on_epoch)
             fn, jobs = job, [(k,) for k in todo]

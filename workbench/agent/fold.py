@@ -61,12 +61,17 @@ def fold_window(k: int, prep):
 
 
 def run_dqn_fold(k: int, prep, cfg, backend, ranges: dict, on_epoch=None):
-    """Train and test the k-th fold, its ``training.seeds`` agents one after another (seed 0's epochs
-    reported to ``on_epoch``); :func:`workbench.agent.ensemble.finish_fold` checks and reports it."""
+    """Train and test the k-th fold, its ``training.seeds`` agents one after another;
+    :func:`workbench.agent.ensemble.finish_fold` checks and reports it. ``on_epoch(log)`` sees every
+    seed's epochs numbered on across the seeds (seed s's epoch e as ``s * epochs + e``, so progress
+    counts the fold's whole work); the logs kept are each seed's own."""
+    import dataclasses
+
     from .ensemble import finish_fold
 
-    results = [train_fold(k, prep, cfg, backend, on_epoch=on_epoch if s == 0 else None, s=s)
-               for s in range(cfg.training.seeds)]
+    E = cfg.training.epochs
+    report = lambda s: (lambda log: on_epoch(dataclasses.replace(log, epoch=s * E + log.epoch))) if on_epoch else None  # noqa: E731
+    results = [train_fold(k, prep, cfg, backend, on_epoch=report(s), s=s) for s in range(cfg.training.seeds)]
     return finish_fold(k, prep, cfg, results, ranges)
 
 
