@@ -136,3 +136,18 @@ def test_the_command_prints_and_writes_the_seeds(tmp_path, capsys):
     assert main(["data/es_sample.parquet", *sets, "--out", str(tmp_path / "b"), "--progress", "none", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["seeds"]["seeds"] == 2 and len(doc["seeds"]["per_seed"]) == 2
+
+
+def test_a_run_saved_before_training_seeds_existed_resumes_with_one_seed(tmp_path):
+    """A key added after a run was saved counts as its default (the run's behaviour): one seed resumes,
+    two are refused by name."""
+    from workbench.config import to_toml
+    from workbench.errors import ConfigError
+    from workbench.resume import check_config
+
+    cfg = load_config(None, TINY)
+    saved = "\n".join(line for line in to_toml(cfg).splitlines() if not line.startswith("seeds ="))
+    assert "seeds =" not in saved and saved != to_toml(cfg)
+    check_config(saved, cfg, tmp_path)
+    with pytest.raises(ConfigError, match=r"training\.seeds: 1 -> 2"):
+        check_config(saved, load_config(None, TINY + ["training.seeds=2"]), tmp_path)

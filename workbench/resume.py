@@ -50,20 +50,22 @@ def _flat(d: dict, prefix: str = "") -> dict:
     return out
 
 
-# Settings that change how a run is scheduled, never its results: a resume may change them (and a
-# run saved before one existed resumes).
+# Settings that change how a run is scheduled, never its results: a resume may change them.
 RESULT_NEUTRAL = frozenset({"gpu.population"})
 
 
 def check_config(saved_text: str, cfg, run: Path) -> None:
     """Refuse a resume whose config differs from the run's, naming every changed key: old -> new (keys
-    in :data:`RESULT_NEUTRAL` may differ)."""
+    in :data:`RESULT_NEUTRAL` may differ). A key the saved config lacks was added after the run was
+    saved: it counts as its default, which is the behaviour the run had."""
     if saved_text == to_toml(cfg):
         return
     try:
         old = _flat(tomllib.loads(saved_text))
     except tomllib.TOMLDecodeError:
         old = {}
+    if old:
+        old = {**_flat(to_dict(type(cfg)())), **old}
     new = _flat(to_dict(cfg))
     changed = [f"{k}: {old.get(k, '(absent)')!r} -> {new.get(k, '(absent)')!r}" for k in sorted(set(old) | set(new))
                if old.get(k) != new.get(k) and not (isinstance(old.get(k), list) and tuple(old[k]) == new.get(k))
