@@ -175,42 +175,42 @@ class Device:
         flag = drv.CUevent_flags.CU_EVENT_DISABLE_TIMING
         fork = check(drv.cuEventCreate(flag), "cuEventCreate")
         joins = [check(drv.cuEventCreate(flag), "cuEventCreate") for _ in lanes]
-        mode = drv.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
-        check(drv.cuStreamBeginCapture(self.raw_stream, mode), "cuStreamBeginCapture")
+
+        def branches() -> None:
+            check(drv.cuEventRecord(fork, self.raw_stream), "cuEventRecord (fork)")
+            for lane, fn, join in zip(lanes, fns, joins):
+                check(drv.cuStreamWaitEvent(lane.raw_stream, fork, 0), "cuStreamWaitEvent (fork)")
+                fn(lane.stream)
+                check(drv.cuEventRecord(join, lane.raw_stream), "cuEventRecord (join)")
+                check(drv.cuStreamWaitEvent(self.raw_stream, join, 0), "cuStreamWaitEvent (join)")
+
         try:
-            with cuda.defer_cleanup():
-                check(drv.cuEventRecord(fork, self.raw_stream), "cuEventRecord (fork)")
-                for lane, fn, join in zip(lanes, fns, joins):
-                    check(drv.cuStreamWaitEvent(lane.raw_stream, fork, 0), "cuStreamWaitEvent (fork)")
-                    fn(lane.stream)
-                    check(drv.cuEventRecord(join, lane.raw_stream), "cuEventRecord (join)")
-                    check(drv.cuStreamWaitEvent(self.raw_stream, join, 0), "cuStreamWaitEvent (join)")
-        except BaseException:
-            drv.cuStreamEndCapture(self.raw_stream)
-            raise
-        graph = check(drv.cuStreamEndCapture(self.raw_stream), "cuStreamEndCapture (was something allocated, "
-                      "synchronised, or a lane not joined back inside the capture?)")
-        for ev in (fork, *joins):
-            check(drv.cuEventDestroy(ev), "cuEventDestroy")
-        exec_graph = check(drv.cuGraphInstantiate(graph, 0), "cuGraphInstantiate")
-        _, n = check(drv.cuGraphGetNodes(graph, 0), "cuGraphGetNodes")
-        return Graph(self, graph, exec_graph, int(n))
+            return self._captured(branches)
+        finally:
+            for ev in (fork, *joins):
+                check(drv.cuEventDestroy(ev), "cuEventDestroy")
 
     def capture(self, fn) -> Graph | EagerGraph:
         """Capture what ``fn(stream)`` enqueues into an instantiated graph."""
         if self.simulator:
             return EagerGraph(self, fn)
+        return self._captured(lambda: fn(self.stream))
+
+    def _captured(self, enqueue) -> Graph:
+        """Capture what ``enqueue()`` puts on this device's stream (and the streams it forks and joins back)
+        into an instantiated graph; on an error in ``enqueue`` the capture is ended and the stream usable."""
         drv = _drv()
         mode = drv.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
         check(drv.cuStreamBeginCapture(self.raw_stream, mode), "cuStreamBeginCapture")
         try:
             with cuda.defer_cleanup():
-                fn(self.stream)
+                enqueue()
         except BaseException:
-            drv.cuStreamEndCapture(self.raw_stream)  # leave the stream usable; the error is fn's
+            drv.cuStreamEndCapture(self.raw_stream)  # leave the stream usable; the error is enqueue's
             raise
         graph = check(drv.cuStreamEndCapture(self.raw_stream), "cuStreamEndCapture (was something "
-                      "allocated, synchronised or launched on another stream inside the capture?)")
+                      "allocated, synchronised, launched on another stream or a lane not joined back inside "
+                      "the capture?)")
         exec_graph = check(drv.cuGraphInstantiate(graph, 0), "cuGraphInstantiate")
         _, n = check(drv.cuGraphGetNodes(graph, 0), "cuGraphGetNodes")
         return Graph(self, graph, exec_graph, int(n))
