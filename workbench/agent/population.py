@@ -183,9 +183,9 @@ def side_by_side(backend, gpu_overrides, in_process: bool, n_jobs: int) -> bool:
 
 
 def plan_size(device: Device, bytes_per_agent: int, requested: int, n: int) -> int:
-    """Agents per population for ``n`` folds when one agent (already allocated) holds ``bytes_per_agent``:
+    """Agents per population for ``n`` agents when one agent (already allocated) holds ``bytes_per_agent``:
     ``requested`` (refused with the figures when free memory cannot hold it), or with 0 as many as fit
-    in 90 % of the free device memory. The simulator has no memory figure: every fold at once."""
+    in 90 % of the free device memory. The simulator has no memory figure: every agent at once."""
     free = device.free_memory()
     if device.simulator or bytes_per_agent <= 0:
         return max(1, min(n, requested or n))
@@ -234,8 +234,6 @@ def train_jobs(jobs: list[Job], prep, backend, test: bool = True, on_epoch=None,
     before each population trains; ``on_epoch(job index, log)``; ``test=False`` (the search) never
     backtests the test ranges."""
     from .fold import agent_seed, fold_window
-
-    jobs = [Job(*j) for j in jobs]
 
     def make(i: int, j: int):
         k, cfg, s = jobs[j]
