@@ -242,7 +242,7 @@ class WalkForward:
                                                                          for f in results if f.ok}),
                                                 **({"population": plan} if plan else {}),
                                                 "stitched_oos": summary,
-                                                **({"seeds": result.seed_summary()} if result.seed_results else {}),
+                                                **({"seeds": seeds} if (seeds := result.seed_summary()) else {}),
                                                 "baselines": result.baselines,
                                                 "folds": result.to_frame().to_dict(orient="records")})
         if progress:

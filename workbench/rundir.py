@@ -239,7 +239,7 @@ class RunDir:
         members = [FoldResult(fold, strategy, pd.read_parquet(d / f"seed_{s:02d}_bars.parquet"),
                               pd.read_parquet(d / f"seed_{s:02d}_trades.parquet"),
                               json.loads((d / f"seed_{s:02d}_metrics.json").read_text()), ranges)
-                   for s in range(int(meta.get("seeds", 1)) if "seed_best_epochs" in meta else 0)]
+                   for s in range(int(meta.get("seeds", 0)))]  # a seed ensemble's fold says how many
         return FoldResult(fold, strategy, pd.read_parquet(d / "bars.parquet"), pd.read_parquet(d / "trades.parquet"),
                           meta, ranges, epochs=json.loads((d / "epochs.json").read_text())["epochs"] if agent else [],
                           params=np.load(d / "weights.npy") if agent else None, members=members)

@@ -88,6 +88,8 @@ def _print_results(result, console: Console) -> None:
             c.add_row(key, *[(f"{v:.4g}" if isinstance(v, float) else str(v))
                              for v in (rows[n].get(key, float("nan")) for n in names)])
         console.print(c)
+    from .agent.ensemble import SEED_KEYS
+
     seeds = result.seed_summary()
     if seeds:  # training.seeds > 1: the ensemble beside each seed traded alone over the same test ranges
         e = Table(title=f"{result.strategy} is the ensemble of {seeds['seeds']} seeds; each seed alone "
@@ -95,15 +97,14 @@ def _print_results(result, console: Console) -> None:
                   caption=f"ensemble: {seeds['ensemble_rule']}; its Sharpe beats {seeds['ensemble_sharpe_beats_seeds']} "
                           f"seeds. {M.ANNUALIZATION_NOTE}")
         e.add_column("")
-        for key in ("sharpe", "net_pnl_usd", "max_drawdown", "days"):
+        for key in (*SEED_KEYS, "days"):
             e.add_column(key, justify="right")
         fmt = lambda v: f"{v:.4g}" if isinstance(v, float) else str(v)  # noqa: E731
-        e.add_row("ensemble", *[fmt(seeds["ensemble"].get(k)) for k in ("sharpe", "net_pnl_usd", "max_drawdown", "days")])
+        e.add_row("ensemble", *[fmt(seeds["ensemble"].get(k)) for k in (*SEED_KEYS, "days")])
         for p in seeds["per_seed"]:
-            e.add_row(f"seed {p['seed']}", *[fmt(p.get(k)) for k in ("sharpe", "net_pnl_usd", "max_drawdown", "days")])
+            e.add_row(f"seed {p['seed']}", *[fmt(p.get(k)) for k in (*SEED_KEYS, "days")])
         sp = seeds["seed_spread"]
-        e.add_row("seeds: mean (sd)", *[f"{sp[f'{k}_mean']:.4g} ({sp[f'{k}_sd']:.3g})"
-                                       for k in ("sharpe", "net_pnl_usd", "max_drawdown")], "")
+        e.add_row("seeds: mean (sd)", *[f"{sp[f'{k}_mean']:.4g} ({sp[f'{k}_sd']:.3g})" for k in SEED_KEYS], "")
         console.print(e)
 
 
@@ -159,7 +160,7 @@ def _run(args, overrides: list[str], run_dir: RunDir | None) -> int:
     if args.json:
         print(dumps({"run_dir": str(run_dir.path), "strategy": result.strategy, "account": prepared.account.describe(),
                      "annualization": M.ANNUALIZATION_NOTE, "stitched_oos": result.metrics,
-                     **({"seeds": result.seed_summary()} if result.seed_results else {}),
+                     **({"seeds": seeds} if (seeds := result.seed_summary()) else {}),
                      "folds": result.to_frame().to_dict(orient="records")}))
     else:
         console = Console(file=sys.stdout, width=None if sys.stdout.isatty() else 80)  # a pipe gets 80 columns
