@@ -1,8 +1,8 @@
 """Agents of different schedules in one population (issue #15): wall time and bit-for-bit check.
 
 A swarm iteration whose particles search the schedule has agents that differ in epochs, updates per
-epoch and rollout length. ``GpuPopulation`` runs each phase level by level over the agents it concerns
-(``workbench.agent.population.launch_plan``). This script trains the same P agents three ways on one
+epoch and rollout length. ``GpuPopulation`` runs each phase as one launch of a loop graph in which
+every agent's WHILE loop runs its own number of passes. This script trains the same P agents three ways on one
 GPU and reports the wall time of each:
 
 1. one population of all P agents (mixed schedules);

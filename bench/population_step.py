@@ -5,8 +5,9 @@ TF32 cuBLAS, against PyTorch's CUDA-graph replay of one agent's update in the sa
 Shape as ``bench/train_step.py`` (batch 1024, hidden 512, 51 atoms, 3x3 actions, 16 features, replay
 of 1M transitions per agent, filled by the agents' own envs: 4096 envs x 256 steps). Each agent has
 its own seed (and its own copy of the window). Each figure: median over 5 timed blocks of ``--steps``
-launches of the joint update graph, after one warm block. Also: device memory per agent, graph nodes,
-and the time to allocate, fill and capture. Usage (on the GPU machine):
+launches of the joint update graph, after one warm block, and the same ``--steps`` updates as one
+launch of a loop graph (a WHILE loop per agent, what the trainer runs). Also: device memory per
+agent, graph nodes, and the time to allocate, fill and capture. Usage (on the GPU machine):
     python bench/population_step.py [--sizes 1,4,16,32,64] [--steps 100] [--json OUT.json]
 """
 from __future__ import annotations
@@ -25,7 +26,7 @@ def population(P: int, steps: int) -> dict:
     from workbench.agent.population import agent_bytes
     from workbench.agent.train_config import TrainConfig
     from workbench.agent.trainer import DeviceTrainer
-    from workbench.device import Device
+    from workbench.device import Device, Loop
     from workbench.gpu_profile import GpuProfile
     from workbench.markets import load_market
 
@@ -43,10 +44,9 @@ def population(P: int, steps: int) -> dict:
         trainers.append(t)
     lanes = [t.device for t in trainers]
     device.wait_for(lanes)
-    exp = device.capture_lanes(lanes, [t._experience_step for t in trainers])
-    fin = device.capture_lanes(lanes, [t._finish_rollout for t in trainers])
-    exp.replay(trainers[0].state.rollout.steps)  # every agent's ring filled by its own envs
-    fin.replay(1)
+    for t in trainers:
+        t.state.envs.eps_slot.value[0] = 1.0
+    device.capture_loops([t.experience_loop() for t in trainers]).launch()  # every ring filled by its own envs
     device.synchronize()
     setup_s = time.perf_counter() - t0
     for t in trainers:
@@ -58,17 +58,26 @@ def population(P: int, steps: int) -> dict:
         t1 = time.perf_counter()
         upd = device.capture_lanes(lanes, [t.enqueue_update for t in trainers])
         capture_s = time.perf_counter() - t1
-        upd.replay(steps)
-        device.synchronize()
-        out = []
-        for _ in range(5):
-            a = device.event().record()
-            upd.replay(steps)
-            b = device.event().record()
-            out.append(a.elapsed_ms(b) / steps)
-        ms = statistics.median(out)
+        loop = device.capture_loops([Loop(t.device, t.enqueue_update, steps, guard=t.state.learner.guard)
+                                     for t in trainers])
+
+        def timed(fn):
+            fn()
+            device.synchronize()
+            out = []
+            for _ in range(5):
+                a = device.event().record()
+                fn()
+                b = device.event().record()
+                out.append(a.elapsed_ms(b) / steps)
+            return statistics.median(out)
+
+        ms = timed(lambda: upd.replay(steps))
+        loop_ms = timed(loop.launch)
+        assert all(t.state.learner.guard.copy_to_host()[0] == 0 for t in trainers)
         row[math] = {"ms_per_launch": ms, "agent_updates_per_s": P * 1e3 / ms, "ms_per_agent_update": ms / P,
-                     "graph_nodes": upd.n_nodes, "capture_s": capture_s}
+                     "graph_nodes": upd.n_nodes, "capture_s": capture_s,
+                     "loop_ms_per_update": loop_ms, "loop_agent_updates_per_s": P * 1e3 / loop_ms}
         if P >= 16:
             row[math]["breakdown_ms_per_agent"] = breakdown(device, lanes, trainers, steps)
     return row
@@ -128,13 +137,15 @@ def main() -> int:
     print(f"P agents in one graph, batch {B}, hidden {H}, {ATOMS} atoms, replay {CAP} each; "
           f"{torch_rows[0][0]}: {torch_ms:.4f} ms/update = {1e3 / torch_ms:,.0f} updates/s")
     print(f"{'P':>3} {'MB/agent':>9} {'fp32 ms/launch':>15} {'fp32 upd/s':>11} {'x torch':>8} "
-          f"{'tf32 ms/launch':>15} {'tf32 upd/s':>11} {'x torch':>8} {'nodes':>6} {'setup s':>8}")
+          f"{'tf32 ms/launch':>15} {'tf32 upd/s':>11} {'x torch':>8} {'nodes':>6} {'setup s':>8} "
+          f"{'loop fp32 upd/s':>16} {'loop tf32 upd/s':>16}")
     for r in rows:
         f, t = r["fp32"], r["tf32"]
         print(f"{r['P']:3d} {r['bytes_per_agent'] / 2**20:9.0f} {f['ms_per_launch']:15.4f} {f['agent_updates_per_s']:11,.0f} "
               f"{f['agent_updates_per_s'] * torch_ms / 1e3:8.2f} {t['ms_per_launch']:15.4f} "
               f"{t['agent_updates_per_s']:11,.0f} {t['agent_updates_per_s'] * torch_ms / 1e3:8.2f} "
-              f"{f['graph_nodes']:6d} {r['setup_s']:8.1f}")
+              f"{f['graph_nodes']:6d} {r['setup_s']:8.1f} {f['loop_agent_updates_per_s']:16,.0f} "
+              f"{t['loop_agent_updates_per_s']:16,.0f}")
     if args.json:
         json.dump({"rows": rows, "torch_graph_ms": torch_ms, "torch": torch_rows[0][0]}, open(args.json, "w"), indent=1)
     return 0

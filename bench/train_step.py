@@ -5,8 +5,9 @@ position one-hot, replay of 1M transitions. One update = PER sample from 1M (pre
 search + weights), gathers, online forward on s and s', target forward on s', dueling C51 double-DQN
 n-step loss, backward, global-norm clip, Adam, priority update, Polyak target update.
 
-- ours: ``DeviceTrainer``'s captured update graph (``graph``) and the same kernels launched eagerly
-  from Python (``eager``), cuBLAS fp32, and cuBLAS TF32;
+- ours: one update captured as a graph and replayed ``--steps`` times (``graph replay``), ``--steps``
+  updates as one launch of a graph loop (``graph loop``, what the trainer runs), and the same kernels
+  launched eagerly from Python (``eager``); cuBLAS fp32, and cuBLAS TF32;
 - PyTorch: the same network and update written with torch ops, eager and captured as a torch CUDA
   graph (Adam capturable=True), fp32 with TF32 disabled.
 
@@ -42,7 +43,7 @@ def ours(math: str, steps: int, rows: list):
     from workbench.agent.gemm import make_gemm
     from workbench.agent.train_config import TrainConfig
     from workbench.agent.trainer import DeviceTrainer
-    from workbench.device import Device
+    from workbench.device import Device, Loop
     from workbench.gpu_profile import GpuProfile
     from workbench.markets import load_market
 
@@ -53,8 +54,8 @@ def ours(math: str, steps: int, rows: list):
     tr = DeviceTrainer(device, make_gemm(device, "cublas", math), prof, cfg, load_market("es"), 100_000.0, seed=1)
     w = _window()
     g = tr.prepare(w)
-    g.experience.replay(tr.state.rollout.steps)  # 4096 envs x 256 steps = 1M transitions: a full ring
-    g.finish_rollout.replay(1)
+    tr.state.envs.eps_slot.value[0] = 1.0
+    g.experience.launch()  # 4096 envs x 256 steps = 1M transitions: a full ring
     device.synchronize()
 
     def time_it(fn):
@@ -68,11 +69,16 @@ def ours(math: str, steps: int, rows: list):
             out.append(a.elapsed_ms(b) / steps)
         return statistics.median(out)
 
-    graph_ms = time_it(lambda: g.update.replay(steps))
+    one = device.capture(tr.enqueue_update)
+    loop = device.capture_loops([Loop(device, tr.enqueue_update, steps, guard=tr.state.learner.guard)])
+    graph_ms = time_it(lambda: one.replay(steps))
+    loop_ms = time_it(loop.launch)
     eager_ms = time_it(lambda: [tr.enqueue_update(device.stream) for _ in range(steps)])
+    assert tr.state.learner.guard.copy_to_host()[0] == 0  # every loop ran all its passes
     breakdown(tr, device, rows, math)
-    rows.append((f"ours, graph replay, cuBLAS {math}", graph_ms, g.update.n_nodes))
-    rows.append((f"ours, eager Numba launches, cuBLAS {math}", eager_ms, g.update.n_nodes))
+    rows.append((f"ours, graph replay, cuBLAS {math}", graph_ms, one.n_nodes))
+    rows.append((f"ours, graph loop ({steps} updates in one launch), cuBLAS {math}", loop_ms, one.n_nodes))
+    rows.append((f"ours, eager Numba launches, cuBLAS {math}", eager_ms, one.n_nodes))
     rb = tr.state.replay.size.copy_to_host()[0]
     assert rb == CAP, rb
     return tr

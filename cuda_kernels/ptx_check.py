@@ -40,7 +40,16 @@ def main() -> int:
         except Exception as exc:  # report every failing kernel, then fail
             failures += 1
             print(f"FAIL {k.py_func.__module__}.{k.__name__}: {type(exc).__name__}: {exc}")
-    print(f"{len(KERNELS) - failures} kernels compiled, {failures} failed")
+    from cuda_kernels.graph_loop import LOOP_KERNEL, compile_loop_kernel
+
+    try:  # the graph-loop condition kernel is CUDA C++ (NVRTC), not Numba
+        ptx = compile_loop_kernel((9, 0), target="ptx").decode(errors="replace")
+        assert ".target sm_90" in ptx and f".entry {LOOP_KERNEL}" in ptx
+        print(f"ok   cuda_kernels.graph_loop.{LOOP_KERNEL} (NVRTC, {len(ptx)} bytes)")
+    except Exception as exc:
+        failures += 1
+        print(f"FAIL cuda_kernels.graph_loop.{LOOP_KERNEL}: {type(exc).__name__}: {exc}")
+    print(f"{len(KERNELS) + 1 - failures} kernels compiled, {failures} failed")
     return 1 if failures else 0
 
 

@@ -34,8 +34,9 @@ def test_update_steps_agree(bars, fold_gemm):
     gpu = DeviceTrainer(device, fold_gemm(device), prof, cfg, bars.market, 100_000.0, seed=11)
     graphs = gpu.prepare(w)
     S = gpu.state
-    graphs.experience.replay(S.rollout.steps)  # real experience from the GPU envs fills the replay
-    graphs.finish_rollout.replay(1)
+    S.envs.eps_slot.value[0] = 1.0
+    graphs.experience.launch()  # real experience from the GPU envs fills the replay
+    one_update = device.capture(gpu.enqueue_update)
     cpu = CpuTrainer(prof, cfg, bars.market, 100_000.0, seed=11)
     cpu.setup(w)
     lr, rp = cpu.learner, cpu.replay
@@ -46,7 +47,7 @@ def test_update_steps_agree(bars, fold_gemm):
     rp.prio, rp.size = S.replay.prio.copy_to_host(), size
     assert (rp.prio[:size] == 1.0).all() and rp.float_store[:size, RF.TERMINAL].max() <= 1.0
     for step in range(2):
-        graphs.update.replay(1)
+        one_update.replay(1)
         r = cpu.update()
         assert not r.tripped and S.learner.guard.copy_to_host()[0] == 0
         assert np.array_equal(S.batch.idx.copy_to_host(), r.idx), f"step {step}: different batch"

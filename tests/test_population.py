@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from workbench.agent.population import GpuPopulation, agent_bytes, launch_plan, train_population
+from workbench.agent.population import GpuPopulation, agent_bytes, train_population
 from workbench.agent.train_config import TrainConfig
 from workbench.agent.trainer import DeviceTrainer
 from workbench.agent.window import make_window
@@ -56,13 +56,6 @@ def test_each_agent_of_a_population_gets_what_it_gets_alone(bars, fold_gemm):
     assert [len(r.epochs) for r in together] == [1, 2] and together[1].epochs[1].updates == 2
     assert together[0].epochs[0].ms["agents_per_launch"] == 2 and together[1].epochs[1].ms["agents_per_launch"] == 1
     assert agent_bytes(trainers[0]) > trainers[0].state.replay.capacity * 4  # counts the replay ring at least
-
-
-def test_launch_plan_runs_each_agent_its_own_count():
-    assert launch_plan({0: 400, 1: 400, 2: 200}) == [((0, 1, 2), 200), ((0, 1), 200)]
-    assert launch_plan({3: 5, 7: 5}) == [((3, 7), 5)]  # one schedule: one launch of every agent
-    assert launch_plan({0: 0, 1: 3}) == [((1,), 3)]  # an agent that does not update this epoch sits out
-    assert launch_plan({}) == []
 
 
 def test_a_population_needs_one_window_per_trainer(bars, fold_gemm):

@@ -111,8 +111,6 @@ def epoch_line(log, n_epochs: int) -> str:
             f"training={ms['training']:.1f} validation={ms['validation']:.1f} total={ms['total']:.1f} ms | "
             f"updates={log.updates} loss={log.loss:.4f} |Q|max={log.max_abs_q:.3g} eps={log.epsilon:.2f} "
             f"val_t={log.val_bar_t:.2f} val_sharpe={log.val_sharpe:.2f} val_pnl_usd={log.val_pnl_usd:.0f}"
-            + (" | per update: sample={sample:.3f} update={update:.3f} guard={guard:.3f} ms".format(
-                **ms["training_breakdown_ms_per_update"]) if "training_breakdown_ms_per_update" in ms else "")
             + (" | init: " + " ".join(f"{k}={v:.0f}" for k, v in ms["init_breakdown_ms"].items()) + " ms"
                if "init_breakdown_ms" in ms else "")
             + (" GUARD TRIPPED: weights restored" if log.guard_tripped else ""))

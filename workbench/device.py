@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Callable, NamedTuple
 
 import numpy as np
 
@@ -84,6 +85,18 @@ class Graph:
             pass
 
 
+class LoopGraph(Graph):
+    """A graph of WHILE loops (:meth:`Device.capture_loops`): one ``launch()`` runs every branch's body
+    its own number of passes (fewer where its guard trips), then the branch's tail."""
+
+    def __init__(self, device: "Device", graph, exec_graph, n_nodes: int, counts: list[int], keep: list):
+        super().__init__(device, graph, exec_graph, n_nodes)
+        self.counts, self._keep = counts, keep  # the loop counters and guards the graph's nodes point at
+
+    def launch(self) -> None:
+        self.replay(1)
+
+
 class EagerGraph:
     """Simulator stand-in: replaying runs the captured function again."""
 
@@ -95,6 +108,64 @@ class EagerGraph:
     def replay(self, n: int = 1) -> None:
         for _ in range(n):
             self.fn(self.device.stream)
+
+
+class Loop(NamedTuple):
+    """One branch of a loop graph (:meth:`Device.capture_loops`): on ``lane``, ``head(stream)`` once,
+    ``body(stream)`` ``count`` times (or until ``guard[0]`` is non-zero after a pass), ``tail(stream)`` once."""
+
+    lane: "Device"
+    body: Callable
+    count: int
+    guard: object = None
+    head: Callable | None = None
+    tail: Callable | None = None
+
+
+class EagerLoop:
+    """Simulator stand-in of :class:`LoopGraph`: each loop runs its head, its body until its count or
+    until its guard reads non-zero after a pass (the condition kernel's rule), then its tail."""
+
+    n_nodes = 0
+
+    def __init__(self, loops):
+        self.loops, self.counts = list(loops), [lp.count for lp in loops]
+
+    def launch(self) -> None:
+        from cuda_kernels.graph_loop import loop_next_ref
+
+        for lp in self.loops:
+            st = lp.lane.stream
+            if lp.head is not None:
+                lp.head(st)
+            count, more = 0, True
+            while more:
+                lp.body(st)
+                count, more = loop_next_ref(count, lp.count, 0 if lp.guard is None else int(lp.guard.copy_to_host()[0]))
+            if lp.tail is not None:
+                lp.tail(st)
+
+
+_LOOP_FUNCTIONS: dict = {}
+
+
+def _loop_function(device: "Device"):
+    """The graph-loop condition kernel (:mod:`cuda_kernels.graph_loop`), NVRTC-compiled for this GPU and
+    loaded into the current context once per process."""
+    drv = _drv()
+    ctx = int(check(drv.cuCtxGetCurrent(), "cuCtxGetCurrent"))
+    if ctx not in _LOOP_FUNCTIONS:
+        from cuda_kernels.graph_loop import LOOP_KERNEL, compile_loop_kernel
+
+        try:
+            cubin = compile_loop_kernel(device.info.compute_capability)
+        except Exception as exc:
+            raise DeviceError(f"cannot build the graph-loop kernel: {exc}",
+                              "install the 'gpu' extra (numba-cuda[cu13] brings NVRTC)") from exc
+        module = check(drv.cuModuleLoadData(cubin), "cuModuleLoadData (graph-loop kernel)")
+        _LOOP_FUNCTIONS[ctx] = (module, check(drv.cuModuleGetFunction(module, LOOP_KERNEL.encode()),
+                                              "cuModuleGetFunction (graph-loop kernel)"))
+    return _LOOP_FUNCTIONS[ctx][1]
 
 
 @dataclass
@@ -190,18 +261,83 @@ class Device:
             for ev in (fork, *joins):
                 check(drv.cuEventDestroy(ev), "cuEventDestroy")
 
+    def capture_loops(self, loops: "list[Loop]") -> LoopGraph | EagerLoop:
+        """One graph that runs every :class:`Loop`: its ``head`` once, its ``body`` ``count`` times in a
+        conditional WHILE node (fewer when its ``guard``, an int32 device array, is non-zero after a
+        pass), then its ``tail`` once, all on its ``lane``; the loops are independent branches, so the
+        GPU runs them side by side. One :meth:`LoopGraph.launch` runs a phase: no host loop of launches.
+        Each body is captured on its own lane (the stream its cuBLAS handle is bound to) into the WHILE
+        node's body graph and ends with the condition kernel (:mod:`cuda_kernels.graph_loop`)."""
+        loops = list(loops)
+        if not loops or min(lp.count for lp in loops) < 1:
+            raise ValueError("capture_loops needs at least one loop, each of count >= 1")
+        if self.simulator:
+            return EagerLoop(loops)
+        import ctypes
+
+        drv = _drv()
+        fn_next = _loop_function(self)
+        counters = cuda.to_device(np.zeros(len(loops), np.int32))
+        never = cuda.to_device(np.zeros(1, np.int32))  # the guard of a loop without one
+        ctx = check(drv.cuCtxGetCurrent(), "cuCtxGetCurrent")
+        graph = check(drv.cuGraphCreate(0), "cuGraphCreate")
+
+        def child(lane, fn, deps):
+            sub = lane._captured(lambda: fn(lane.stream), instantiate=False)
+            node = check(drv.cuGraphAddChildGraphNode(graph, deps, len(deps), sub), "cuGraphAddChildGraphNode")
+            check(drv.cuGraphDestroy(sub), "cuGraphDestroy")  # the child node holds its own copy
+            return node
+
+        try:
+            for i, lp in enumerate(loops):
+                deps = [child(lp.lane, lp.head, [])] if lp.head is not None else []
+                handle = check(drv.cuGraphConditionalHandleCreate(graph, ctx, 1, drv.CU_GRAPH_COND_ASSIGN_DEFAULT),
+                               "cuGraphConditionalHandleCreate")
+                params = drv.CUgraphNodeParams()
+                params.type = drv.CUgraphNodeType.CU_GRAPH_NODE_TYPE_CONDITIONAL
+                params.conditional.handle = handle
+                params.conditional.type = drv.CUgraphConditionalNodeType.CU_GRAPH_COND_TYPE_WHILE
+                params.conditional.size = 1
+                params.conditional.ctx = ctx
+                node = check(drv.cuGraphAddNode(graph, deps, None, len(deps), params), "cuGraphAddNode (WHILE)")
+                args = ((int(handle), device_pointer(counters) + 4 * i, int(lp.count),
+                         device_pointer(never if lp.guard is None else lp.guard)),
+                        (ctypes.c_ulonglong, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p))
+
+                def one_pass(lp=lp, args=args):
+                    lp.body(lp.lane.stream)
+                    check(drv.cuLaunchKernel(fn_next, 1, 1, 1, 1, 1, 1, 0, lp.lane.raw_stream, args, 0),
+                          "cuLaunchKernel (loop condition)")
+
+                lp.lane._captured(one_pass, into=params.conditional.phGraph_out[0])
+                if lp.tail is not None:
+                    child(lp.lane, lp.tail, [node])
+            exec_graph = check(drv.cuGraphInstantiate(graph, 0), "cuGraphInstantiate (loops)")
+        except BaseException:
+            drv.cuGraphDestroy(graph)
+            raise
+        _, n_nodes = check(drv.cuGraphGetNodes(graph, 0), "cuGraphGetNodes")
+        return LoopGraph(self, graph, exec_graph, int(n_nodes), [lp.count for lp in loops],
+                         [counters, never, [lp.guard for lp in loops]])
+
     def capture(self, fn) -> Graph | EagerGraph:
         """Capture what ``fn(stream)`` enqueues into an instantiated graph."""
         if self.simulator:
             return EagerGraph(self, fn)
         return self._captured(lambda: fn(self.stream))
 
-    def _captured(self, enqueue) -> Graph:
+    def _captured(self, enqueue, into=None, instantiate: bool = True):
         """Capture what ``enqueue()`` puts on this device's stream (and the streams it forks and joins back)
-        into an instantiated graph; on an error in ``enqueue`` the capture is ended and the stream usable."""
+        into an instantiated graph (``instantiate=False``: the bare graph; ``into``: into that existing
+        graph, a WHILE node's body, returning nothing); on an error in ``enqueue`` the capture is ended
+        and the stream usable."""
         drv = _drv()
         mode = drv.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
-        check(drv.cuStreamBeginCapture(self.raw_stream, mode), "cuStreamBeginCapture")
+        if into is None:
+            check(drv.cuStreamBeginCapture(self.raw_stream, mode), "cuStreamBeginCapture")
+        else:
+            check(drv.cuStreamBeginCaptureToGraph(self.raw_stream, into, None, None, 0, mode),
+                  "cuStreamBeginCaptureToGraph")
         try:
             with cuda.defer_cleanup():
                 enqueue()
@@ -211,6 +347,8 @@ class Device:
         graph = check(drv.cuStreamEndCapture(self.raw_stream), "cuStreamEndCapture (was something "
                       "allocated, synchronised, launched on another stream or a lane not joined back inside "
                       "the capture?)")
+        if into is not None or not instantiate:
+            return None if into is not None else graph
         exec_graph = check(drv.cuGraphInstantiate(graph, 0), "cuGraphInstantiate")
         _, n = check(drv.cuGraphGetNodes(graph, 0), "cuGraphGetNodes")
         return Graph(self, graph, exec_graph, int(n))

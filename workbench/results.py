@@ -254,7 +254,6 @@ def _epochs_frame(folds) -> pd.DataFrame:
                          **{k: e[k] for k in ("updates", "loss", "grad_norm", "max_abs_q", "epsilon", "val_bar_t",
                                               "val_bars", "val_sharpe", "val_days", "val_pnl_usd",
                                               "val_max_drawdown_usd", "guard_tripped") if k in e},
-                         **{f"per_update_{k}_ms": v for k, v in ms.get("training_breakdown_ms_per_update", {}).items()},
                          **{f"init_{k}_ms": v for k, v in ms.get("init_breakdown_ms", {}).items()},
                          **({"seed": int(e["seed"])} if "seed" in e else {}),
                          "chosen": bool(e["chosen"]) if "chosen" in e

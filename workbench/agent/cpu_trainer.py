@@ -190,7 +190,7 @@ class CpuTrainer:
         rp.ptr, rp.size = (rp.ptr + len(ints)) % rp.capacity, min(rp.size + len(ints), rp.capacity)
         self.ms = {"experience": (time.perf_counter() - ta) * 1e3}
 
-    def train(self, epoch: int, first: bool) -> None:
+    def train(self, epoch: int) -> None:
         cfg = self.cfg
         tb = time.perf_counter()
         self.losses, self.norms, self.max_q, self.tripped = [], [], 0.0, False

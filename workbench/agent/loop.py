@@ -7,7 +7,7 @@ and the result. Phases a trainer provides:
 
 - ``setup(w)``: the init phase (allocate, upload, compile or load, capture), timed here;
 - ``snapshot()`` / ``restore()``: the epoch's starting weights, target and optimiser, and back to them;
-- ``experience(eps)``, ``train(epoch, first)``, ``validate()``: enqueue (GPU) or run (CPU) the phases;
+- ``experience(eps)``, ``train(epoch)``, ``validate()``: enqueue (GPU) or run (CPU) the phases;
 - ``end_epoch(epoch) -> EpochStats``: wait for the epoch (the GPU's one host sync) and report it;
 - ``keep()``: the current weights become the fold's choice; ``kept()``: them, as a NumPy array;
 - ``val_pnl()``: per-bar validation PnL of the kept weights; ``test()``: their test backtest as
@@ -44,7 +44,7 @@ class EpochStats:
     max_abs_q: float
     tripped: bool
     val: np.ndarray
-    extra_ms: dict = field(default_factory=dict)  # reported after the total (the per-update breakdown)
+    extra_ms: dict = field(default_factory=dict)  # reported after the total (the init breakdown, agents per launch)
 
 
 def run_fold(trainer, cfg, w, on_epoch=None, test: bool = True) -> FoldTrainResult:
@@ -67,7 +67,7 @@ class Single:
         self.trainer.snapshot()
 
     def train(self, epoch: int, active) -> None:
-        self.trainer.train(epoch, first=epoch == 0)
+        self.trainer.train(epoch)
 
     def validate(self, active) -> None:
         self.trainer.validate()

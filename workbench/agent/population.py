@@ -2,18 +2,19 @@
 
 Each agent is a :class:`~workbench.agent.trainer.DeviceTrainer` on its own lane (a non-blocking
 stream of the same device, :meth:`Device.lane`) with its own named state, window, seed and
-hyper-parameters. :meth:`Device.capture_lanes` captures the agents' experience step, rollout
-finish, update and validation as independent branches of one graph each, forked from and joined
-back into the population's stream, so one ``cuGraphLaunch`` runs a phase for every agent and the GPU
-overlaps the branches (one agent's update at the reference shape leaves most of the H200 idle).
+hyper-parameters. A phase of an epoch is one graph of independent branches, one per agent, so one
+``cuGraphLaunch`` runs the phase for every agent and the GPU overlaps the branches (one agent's update
+at the reference shape leaves most of the H200 idle): the experience steps and the updates as a
+WHILE loop per agent (:meth:`Device.capture_loops`), validation as branches forked from and joined
+back into the population's stream (:meth:`Device.capture_lanes`).
 Kernels and buffers are the single agent's, unchanged, so an agent of a population computes exactly
 what it computes alone. The epoch's statistics of every agent come back in one readback (one host
 sync per epoch for the whole population); guard restore, epoch selection and logs are per agent
 (:func:`workbench.agent.loop.run_agents`).
 
 Agents trained together may differ in their schedule (epochs, experience steps per epoch, updates per
-epoch, when learning starts): a phase then runs level by level over the agents it concerns
-(:func:`launch_plan`). :func:`train_jobs` groups agents by size (hidden, atoms, batch, envs, replay
+epoch, when learning starts): each agent's loop in a phase's graph runs its own number of passes.
+:func:`train_jobs` groups agents by size (hidden, atoms, batch, envs, replay
 capacity) so one agent's measured memory holds for its group. Memory: :func:`agent_bytes` per agent.
 """
 from __future__ import annotations
@@ -31,25 +32,15 @@ from .trainer import DeviceTrainer, epoch_stats
 from .window import Window
 
 
-def launch_plan(counts: dict[int, int]) -> list[tuple[tuple[int, ...], int]]:
-    """How agents with per-agent repeat counts (experience steps, updates of an epoch) run as joint
-    launches: ``[(agents, repeats)]``, level by level, each level the agents whose count reaches it. One
-    count for all gives one entry with every agent; counts 400, 400, 200 give ``[((0, 1, 2), 200),
-    ((0, 1), 200)]``. Each agent's work keeps its own order (its branch in every launch it is part of)."""
-    plan, done = [], 0
-    for level in sorted({c for c in counts.values() if c > 0}):
-        plan.append((tuple(i for i in sorted(counts) if counts[i] >= level), level - done))
-        done = level
-    return plan
-
-
 class GpuPopulation:
     """P device trainers driven together (the phases :func:`run_agents` drives).
 
-    Agents may differ in their schedule (epochs, experience steps and updates per epoch, when learning
-    starts): a phase is launched level by level (:func:`launch_plan`) over the agents still training,
-    and every (phase, agents) graph an epoch will need is captured in :meth:`setup`, before any work
-    runs. With one schedule for all, each phase is one graph of every agent, as before."""
+    The experience and training phases of every agent are one launch each: a loop graph
+    (:meth:`Device.capture_loops`) with one WHILE loop per agent, each agent its own number of passes
+    (its rollout's steps, its updates; its own guard ends its own updates). Agents may differ in their
+    schedule (epochs, steps and updates per epoch, when learning starts): every (phase, agents) graph an
+    epoch will need is captured in :meth:`setup`, before any work runs. Validation is one graph of
+    every agent's backtest as a branch (:meth:`Device.capture_lanes`)."""
 
     def __init__(self, device: Device, trainers: list[DeviceTrainer], windows: list[Window]):
         if not trainers or len(trainers) != len(windows):
@@ -59,18 +50,20 @@ class GpuPopulation:
         self.epochs = [t.cfg.epochs for t in trainers]
         self.joint: dict[tuple, object] = {}
 
-    def _steps(self, active) -> dict[int, int]:
-        return {i: self.trainers[i].state.rollout.steps for i in active}
+    def _learners(self, epoch: int, active) -> tuple[int, ...]:
+        """The agents of ``active`` that train in ``epoch`` (their replay holds ``learning_starts``)."""
+        return tuple(i for i in active if self.trainers[i].updates_in(epoch))
 
-    def _updates(self, epoch: int, active) -> dict[int, int]:
-        return {i: self.trainers[i].updates_in(epoch) for i in active}
-
-    def _graph(self, name: str, agents: tuple[int, ...]):
-        """The joint graph of phase ``name`` (a trainer method) over ``agents``, captured once."""
-        key = (name, agents)
+    def _graph(self, phase: str, agents: tuple[int, ...]):
+        """The joint graph of ``phase`` over ``agents``, captured once: ``experience`` and ``update`` are
+        loop graphs of the trainers' loops, ``validate`` a graph of their validation branches."""
+        key = (phase, agents)
         if key not in self.joint:
-            self.joint[key] = self.device.capture_lanes([self.lanes[i] for i in agents],
-                                                        [getattr(self.trainers[i], name) for i in agents])
+            ts = [self.trainers[i] for i in agents]
+            if phase == "validate":
+                self.joint[key] = self.device.capture_lanes([t.device for t in ts], [t._validate for t in ts])
+            else:
+                self.joint[key] = self.device.capture_loops([getattr(t, f"{phase}_loop")() for t in ts])
         return self.joint[key]
 
     # ---------------------------------------------------------------- the phases run_agents drives
@@ -82,12 +75,10 @@ class GpuPopulation:
         d.wait_for(self.lanes)  # allocation, uploads and first resets before the first launch (and capture)
         for epoch in range(max(self.epochs)):
             active = tuple(i for i, n in enumerate(self.epochs) if epoch < n)
-            for agents, _ in launch_plan(self._steps(active)):
-                self._graph("_experience_step", agents)
-            for agents, _ in launch_plan(self._updates(epoch, active)):
-                self._graph("enqueue_update", agents)
-            self._graph("_finish_rollout", active)
-            self._graph("_validate", active)
+            self._graph("experience", active)
+            if self._learners(epoch, active):
+                self._graph("update", self._learners(epoch, active))
+            self._graph("validate", active)
         self.readback = Readback(d, {f"{i}:{k}": v for i, t in enumerate(ts) for k, v in t.readback_sources().items()})
         d.synchronize()
 
@@ -98,21 +89,20 @@ class GpuPopulation:
     def experience(self, active, eps: list[float]) -> None:
         d = self.device
         for i, e in zip(active, eps):
-            self.trainers[i].state.envs.eps_slot.value[0] = e  # copied in by each branch's first node
+            self.trainers[i].state.envs.eps_slot.value[0] = e  # copied in by each loop's head
         d.wait_for(self.lanes)
         self.ev = [d.event().record()]
-        for agents, reps in launch_plan(self._steps(active)):
-            self._graph("_experience_step", agents).replay(reps)
-        self._graph("_finish_rollout", tuple(active)).replay(1)
+        self._graph("experience", tuple(active)).launch()
         self.ev.append(d.event().record())
 
     def train(self, epoch: int, active) -> None:
-        for agents, reps in launch_plan(self._updates(epoch, active)):
-            self._graph("enqueue_update", agents).replay(reps)
+        learners = self._learners(epoch, active)
+        if learners:
+            self._graph("update", learners).launch()
         self.ev.append(self.device.event().record())
 
     def validate(self, active) -> None:
-        self._graph("_validate", tuple(active)).replay(1)
+        self._graph("validate", tuple(active)).replay(1)
         self.ev.append(self.device.event().record())
 
     def end_epoch(self, epoch: int, active) -> list[EpochStats]:

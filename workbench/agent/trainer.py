@@ -7,13 +7,14 @@ allocations and the kernels' first compilation):
   (:mod:`workbench.agent.device_state`, every buffer at its starting value); load every declared
   kernel into the context from its signature (compiled, or read from the on-disk cache) without
   launching it, so nothing has to be undone; reset the envs; capture the experience-step graph, the
-  rollout-finalise graph, the update graph (and its three parts) and the validation graph.
-- experience: ``rollout_steps + n_step - 1`` replays of one env step for ``n_envs`` envs (forward,
-  eps-greedy, env step, history record, resets), then one replay that turns the rollout into n-step
-  transitions and inserts them into the PER ring.
-- training: ``max_steps_per_epoch`` replays of one update (scan, PER sample, gathers, online and
-  target forwards, C51 loss, backward, clip, Adam, guard, priority update, EMA), once the replay holds
-  ``learning_starts`` transitions.
+  update loop and the validation graph. A phase's loop is a conditional WHILE node around its body
+  (:meth:`workbench.device.Device.capture_loops`): one host launch per phase per epoch.
+- experience: one launch: ``rollout_steps + n_step - 1`` passes of one env step for ``n_envs`` envs
+  (forward, eps-greedy, env step, history record, resets) in a graph loop, then the turn of the
+  rollout into n-step transitions inserted into the PER ring.
+- training: one launch: ``max_steps_per_epoch`` passes of one update (scan, PER sample, gathers,
+  online and target forwards, C51 loss, backward, clip, Adam, guard, priority update, EMA) in a graph
+  loop that ends early when the guard trips, once the replay holds ``learning_starts`` transitions.
 - validation: the enumerated-position greedy backtest of the validation range; its daily Sharpe,
   net PnL, days and drawdown, with the update statistics and the guard flag, come back in one
   readback (the epoch's only host sync besides the phase events).
@@ -42,7 +43,7 @@ from cuda_kernels import scan as K_scan
 from cuda_kernels.nb import load_kernels
 from cuda_kernels.slots import STAT
 
-from ..device import Device, Readback
+from ..device import Device, Loop, Readback
 from ..gpu_profile import GpuProfile
 from ..markets import MarketSpec
 from .device_state import DeviceState, alloc_state
@@ -76,13 +77,11 @@ def _gs_per_sm(device: Device, n: int, tpb: int, per_sm: int = 4) -> tuple[int, 
 
 
 class Graphs(NamedTuple):
-    """The fold's captured graphs (eager stand-ins in the simulator)."""
+    """The fold's captured graphs (eager stand-ins in the simulator); each is one launch per epoch."""
 
-    experience: object      # one env step of every env
-    finish_rollout: object  # the rollout's n-step transitions into the replay ring
-    update: object          # one training update
-    update_parts: tuple     # the update as (sample, learn, finish): the first epoch times each part
-    validation: object      # the validation backtest and its statistics
+    experience: object  # loop: the rollout's env steps, then its n-step transitions into the replay ring
+    update: object      # loop: the epoch's training updates (ends early when the guard trips)
+    validation: object  # the validation backtest and its statistics
 
 
 def epoch_stats(r: dict, ms: dict, extra: dict) -> EpochStats:
@@ -122,7 +121,6 @@ class DeviceTrainer:
         S, sp = self.state, self.spec
         e, ro, lr, wd = S.envs, S.rollout, S.learner, S.window
         g = _grid(e.n, self.tpb) + (st,)
-        e.eps_slot.enqueue(st)
         K_ro.env_obs_kernel[_gs(self.device, e.n * S.shape.obs_dim, self.tpb) + (st,)](wd.features, e.t, e.pos, e.n,
                                                                                       wd.n_features, MAX_POS, e.obs)
         S.nets.env.forward(lr.params, e.obs)
@@ -257,14 +255,23 @@ class DeviceTrainer:
         d = self.device
         self.allocate(w)
         t2 = time.perf_counter()
-        self.graphs = Graphs(experience=d.capture(self._experience_step), finish_rollout=d.capture(self._finish_rollout),
-                             update=d.capture(self.enqueue_update),
-                             update_parts=(d.capture(self._update_sample), d.capture(self._update_learn),
-                                           d.capture(self._update_finish)),
+        self.graphs = Graphs(experience=d.capture_loops([self.experience_loop()]),
+                             update=d.capture_loops([self.update_loop()]) if self.cfg.max_steps_per_epoch else None,
                              validation=d.capture(self._validate))
         d.synchronize()
         self.init_breakdown_ms["capture"] = (time.perf_counter() - t2) * 1e3
         return self.graphs
+
+    # the phases' loops, as branches of this trainer's (or its population's) loop graph
+    def experience_loop(self) -> Loop:
+        """The experience phase: the epoch's epsilon copied in, the rollout's env steps, then its
+        transitions into the replay ring."""
+        return Loop(self.device, self._experience_step, self.state.rollout.steps,
+                    head=self.state.envs.eps_slot.enqueue, tail=self._finish_rollout)
+
+    def update_loop(self) -> Loop:
+        """The training phase: ``max_steps_per_epoch`` updates, ending early when the guard trips."""
+        return Loop(self.device, self.enqueue_update, self.cfg.max_steps_per_epoch, guard=self.state.learner.guard)
 
     def train_fold(self, w: Window, on_epoch=None, test: bool = True) -> FoldTrainResult:
         """Train on the fold (the shared epoch loop, :func:`workbench.agent.loop.run_fold`); ``test=False``
@@ -301,31 +308,21 @@ class DeviceTrainer:
     def experience(self, eps: float) -> None:
         self.state.envs.eps_slot.value[0] = eps  # copied in by the experience graph's first node
         self.ev = [self.device.event().record()]
-        self.graphs.experience.replay(self.state.rollout.steps)
-        self.graphs.finish_rollout.replay(1)
+        self.graphs.experience.launch()
         self.ev.append(self.device.event().record())
 
     def updates_in(self, epoch: int) -> int:
         """Updates of ``epoch`` (from 0): none until the replay holds ``learning_starts`` transitions
-        (its fill is known on the host: a rollout adds n_envs * rollout_steps)."""
+        (its fill is known on the host: a rollout adds n_envs * rollout_steps); fewer on the device when
+        the guard trips."""
         cfg = self.cfg
         size_now = min(self.state.replay.capacity, (epoch + 1) * self.state.envs.n * cfg.rollout_steps)
-        return cfg.max_steps_per_epoch if size_now >= cfg.learning_starts else 0
+        return cfg.max_steps_per_epoch if size_now >= cfg.learning_starts and cfg.max_steps_per_epoch > 0 else 0
 
-    def train(self, epoch: int, first: bool) -> None:
-        d = self.device
-        self.updates = self.updates_in(epoch)
-        self.marks = []
-        if first and self.updates:  # the first epoch replays the three parts with events between them
-            for _ in range(self.updates):
-                for part in self.graphs.update_parts:
-                    self.marks.append(d.event().record())
-                    part.replay(1)
-            self.marks.append(d.event().record())
-            self.ev.append(self.marks[-1])
-        else:
-            self.graphs.update.replay(self.updates)
-            self.ev.append(d.event().record())
+    def train(self, epoch: int) -> None:
+        if self.updates_in(epoch):
+            self.graphs.update.launch()
+        self.ev.append(self.device.event().record())
 
     def validate(self) -> None:
         self.graphs.validation.replay(1)
@@ -337,12 +334,6 @@ class DeviceTrainer:
         ms = {"experience": ev[0].elapsed_ms(ev[1]), "training": ev[1].elapsed_ms(ev[2]),
               "validation": ev[2].elapsed_ms(ev[3])}
         extra = {"init_breakdown_ms": self.init_breakdown_ms} if epoch == 0 else {}
-        if self.marks:
-            sums = [0.0, 0.0, 0.0]
-            for i in range(len(self.marks) - 1):
-                sums[i % 3] += self.marks[i].elapsed_ms(self.marks[i + 1])
-            u = self.updates
-            extra["training_breakdown_ms_per_update"] = {"sample": sums[0] / u, "update": sums[1] / u, "guard": sums[2] / u}
         return epoch_stats(r, ms, extra)
 
     def keep(self) -> None:
