@@ -111,6 +111,7 @@ def bench_scan_per(device, rows):
     td = cuda.to_device(rng.normal(size=batch).astype(np.float32), stream=s)
     owner = cuda.to_device(np.full(n, -1, np.int32), stream=s)
     bad, mx = cuda.to_device(np.zeros(1, np.int32), stream=s), cuda.to_device(np.zeros(1, np.float32), stream=s)
+    guard = cuda.to_device(np.zeros(1, np.int32), stream=s)
 
     def sample_update(st):
         scan.launch_scan(prio, cums, tiles, n, threads, st)
@@ -118,7 +119,7 @@ def bench_scan_per(device, rows):
         per.per_sample_kernel[batch // 256, 256, st](cums, size, batch, 0.4, 7, 11, step, idx, w)
         per.normalize_weights_kernel[1, 1024, st](w, batch)
         per.priority_claim_kernel[batch // 256, 256, st](idx, owner, batch, n, bad)
-        per.priority_write_kernel[batch // 256, 256, st](prio, idx, td, owner, batch, n, 0.6, 1e-3, mx)
+        per.priority_write_kernel[batch // 256, 256, st](prio, idx, td, owner, batch, n, 0.6, 1e-3, mx, guard)
         per.priority_release_kernel[batch // 256, 256, st](idx, owner, batch, n)
 
     sample_update(s)

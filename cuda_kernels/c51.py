@@ -20,7 +20,7 @@ import math
 
 import numpy as np
 
-from .nb import cuda, device_function, float32, int32, int64, kernel, void
+from .nb import SIMULATOR, WARP, cuda, device_function, float32, float64, int32, int64, kernel, void, warp_max, warp_sum
 
 MAX_ATOMS = 128
 
@@ -29,13 +29,18 @@ MAX_BRANCHES, MAX_ACTIONS = 4, 8
 RED_SHAPE = (MAX_BRANCHES, MAX_ATOMS)  # shared-memory reduction rows (compile-time shape)
 
 
+HEAD_SLOTS = MAX_ATOMS // WARP  # atoms a lane of the dueling head holds at most
+
+
 def head_launch(B: int, atoms: int, n_branch: int) -> tuple[int, tuple[int, int]]:
-    """(grid, block) of ``dueling_head_kernel``: one block per row, lanes (a power of two >= atoms)
-    by branches."""
-    lanes = 1
-    while lanes < atoms:
-        lanes *= 2
-    return B, (lanes, n_branch)
+    """(grid, block) of ``dueling_head_kernel``: one block per row, a warp per branch (in the simulator,
+    which runs every thread in Python, a row of only as many lanes as the tree's width needs)."""
+    width = WARP
+    if SIMULATOR:
+        width = 1
+        while width < min(atoms, WARP):
+            width *= 2
+    return B, (width, n_branch)
 
 
 def loss_launch(B: int, atoms: int) -> tuple[int, int]:
@@ -59,56 +64,91 @@ def _tree_dev(s, row, z, lanes, op):
         half //= 2
 
 
+@device_function
+def _slots(atoms, width):
+    """Atoms per lane: the power of two >= atoms (the reduction tree's width) over the warp's width, at least 1."""
+    lanes = 1
+    while lanes < atoms:
+        lanes *= 2
+    return max(1, lanes // width)
+
+
+@device_function
+def _fold(t, k, op):
+    """The lane's own ``k`` (1, 2 or 4) values, atoms lane + 32 j, reduced in the tree's order for the
+    levels at and above the warp's width (atom i with atom i + 64, then with i + 32); constant indices,
+    so the values stay in registers."""
+    if k == 4:
+        t[0] = t[0] + t[2] if op == 0 else max(t[0], t[2])
+        t[1] = t[1] + t[3] if op == 0 else max(t[1], t[3])
+    if k >= 2:
+        t[0] = t[0] + t[1] if op == 0 else max(t[0], t[1])
+    return t[0]
+
+
+@device_function
+def _advantage_mean(head, head_bias, b, z, atoms, off, nA):
+    """Mean over the branch's actions of atom z's advantage (with its bias), as the head always formed it."""
+    mean = float32(0.0)
+    for a in range(nA):
+        c = atoms * (1 + off + a) + z
+        mean += head[b, c] + head_bias[c]
+    mean /= nA
+    return mean
+
+
 @kernel(void(float32[:, ::1], float32[::1], int64, int64, int32[::1], int32[::1], int64, int64, float32[::1],
              float32[:, :, ::1], float32[:, ::1]))
 def dueling_head_kernel(head, head_bias, B, n_branch, branch_size, branch_off, atoms, max_actions, support, logp, q):
     """head: [B, atoms*(1+A)], the head GEMM's output before its bias; head_bias: [atoms*(1+A)], added
-    here as each value is read (the same float32 sum a separate bias kernel would store, one launch
-    fewer); support: [atoms]; logp: out [B, A, atoms]; q: out [B, A].
+    here as each value is read (one launch fewer than a separate bias kernel); support: [atoms];
+    logp: out [B, A, atoms]; q: out [B, A].
 
-    Block per row (``head_launch``): thread (z, br) owns atom z of branch br, so a row is read with
-    consecutive threads on consecutive columns; max, sum and expectation over atoms are shared-memory
-    tree reductions in a fixed order (deterministic; no warp shuffles, so the simulator runs it)."""
+    Block per row, warp per branch (``head_launch``): lane l owns atoms l, l + 32, ... (``_slots``), so a
+    row is read with consecutive lanes on consecutive columns. Max, sum and expectation over atoms are
+    trees in a fixed order, the lane's own atoms first (``_fold``), then warp shuffles (``warp_max``,
+    ``warp_sum``): the additions of a shared-memory tree over a power-of-two width, in its order, with
+    no block barrier (deterministic)."""
     b = cuda.blockIdx.x
     if b >= B:
         return
-    z = cuda.threadIdx.x
+    lane = cuda.threadIdx.x
+    width = cuda.blockDim.x  # 32: a warp (fewer lanes only in the simulator, see head_launch)
     br = cuda.threadIdx.y
-    lanes = cuda.blockDim.x
-    s_max = cuda.shared.array(RED_SHAPE, float32)
-    s_sum = cuda.shared.array(RED_SHAPE, float32)
-    s_q = cuda.shared.array(RED_SHAPE, float32)
     nA, off = branch_size[br], branch_off[br]
-    valid_z = z < atoms
-    v = head[b, z] + head_bias[z] if valid_z else float32(0.0)
-    mean = float32(0.0)
-    if valid_z:
-        for a in range(nA):
+    k = _slots(atoms, width)
+    v = cuda.local.array(HEAD_SLOTS, float32)
+    mean = cuda.local.array(HEAD_SLOTS, float64)
+    logit = cuda.local.array(HEAD_SLOTS, float64)
+    t = cuda.local.array(HEAD_SLOTS, float32)
+    for j in range(HEAD_SLOTS):
+        z = lane + width * j
+        valid = j < k and z < atoms
+        v[j] = head[b, z] + head_bias[z] if valid else float32(0.0)
+        mean[j] = _advantage_mean(head, head_bias, b, z, atoms, off, nA) if valid else float64(0.0)
+    for a in range(max_actions):  # the same trip count in every warp (the simulator's stand-in has barriers)
+        for j in range(HEAD_SLOTS):
+            z = lane + width * j
+            ok = j < k and z < atoms and a < nA
             c = atoms * (1 + off + a) + z
-            mean += head[b, c] + head_bias[c]
-        mean /= nA
-    for a in range(max_actions):  # the same trip count in every thread: the barriers stay uniform
-        # three reduction buffers in turn: each is read right after its tree and written again only
-        # after the next two trees' barriers, so no barrier is needed between a read and the next write
-        ok = valid_z and a < nA
-        c = atoms * (1 + off + a) + z
-        logit = v + (head[b, c] + head_bias[c]) - mean if ok else float32(-3.4e38)
-        s_max[br, z] = logit
-        cuda.syncthreads()
-        _tree_dev(s_max, br, z, lanes, 1)
-        mx = s_max[br, 0]
-        s_sum[br, z] = math.exp(logit - mx) if ok else float32(0.0)
-        cuda.syncthreads()
-        _tree_dev(s_sum, br, z, lanes, 0)
-        lse = mx + math.log(s_sum[br, 0]) if a < nA else float32(0.0)
-        lp = logit - lse
-        if ok:
-            logp[b, off + a, z] = lp
-        s_q[br, z] = math.exp(lp) * support[z] if ok else float32(0.0)
-        cuda.syncthreads()
-        _tree_dev(s_q, br, z, lanes, 0)
-        if z == 0 and a < nA:
-            q[b, off + a] = s_q[br, 0]
+            logit[j] = v[j] + (head[b, c] + head_bias[c]) - mean[j] if ok else float32(-3.4e38)
+            t[j] = logit[j]
+        mx = warp_max(_fold(t, k, 1))
+        for j in range(HEAD_SLOTS):
+            z = lane + width * j
+            ok = j < k and z < atoms and a < nA
+            t[j] = math.exp(logit[j] - mx) if ok else float32(0.0)
+        lse = mx + math.log(warp_sum(_fold(t, k, 0))) if a < nA else float32(0.0)
+        for j in range(HEAD_SLOTS):
+            z = lane + width * j
+            ok = j < k and z < atoms and a < nA
+            lp = logit[j] - lse
+            if ok:
+                logp[b, off + a, z] = lp
+            t[j] = math.exp(lp) * support[z] if ok else float32(0.0)
+        qa = warp_sum(_fold(t, k, 0))
+        if lane == 0 and a < nA:
+            q[b, off + a] = qa
 
 
 @device_function

@@ -139,3 +139,61 @@ def load_kernels() -> int:
 def device_function(fn):
     """A device function (inlined by NVVM into the kernels that call it)."""
     return cuda.jit(device=True)(fn)
+
+
+# ---- warp reductions (the simulator has no warp shuffles) ----
+WARP = 32
+FULL_MASK = 0xFFFFFFFF
+
+if SIMULATOR:
+    @device_function
+    def _warp_tree(v, op):
+        """The simulator's stand-in: the values of a row of the block (``blockDim.x`` lanes, a power of two
+        <= 32, the "warp") through shared memory, reduced in the shuffle tree's order (lane i with lane
+        i + width / 2, then + width / 4, ...), the total back to every lane. A narrower row than a real
+        warp gives the same sums: on the GPU the missing lanes hold the neutral value, so the tree's
+        upper levels add nothing. Every thread of the block must call it (it holds block barriers), as
+        every lane of a warp calls a shuffle."""
+        buf = cuda.shared.array(1024, float32)
+        width = cuda.blockDim.x
+        t = cuda.threadIdx.x + width * (cuda.threadIdx.y + cuda.blockDim.y * cuda.threadIdx.z)
+        buf[t] = v
+        cuda.syncthreads()
+        base = t - t % width
+        vals = [buf[base + i] for i in range(width)]
+        half = width // 2
+        while half > 0:
+            for i in range(half):
+                vals[i] = vals[i] + vals[i + half] if op == 0 else max(vals[i], vals[i + half])
+            half //= 2
+        cuda.syncthreads()
+        return vals[0]
+
+    @device_function
+    def warp_sum(v):
+        return _warp_tree(v, 0)
+
+    @device_function
+    def warp_max(v):
+        return _warp_tree(v, 1)
+else:
+    @device_function
+    def warp_sum(v):
+        """Sum of ``v`` over the 32 lanes of the warp, returned to every lane: a shuffle tree (lane i
+        adds lane i + 16, then i + 8, ... 1), so the order of additions is the shared-memory tree's."""
+        v = v + cuda.shfl_down_sync(FULL_MASK, v, 16)
+        v = v + cuda.shfl_down_sync(FULL_MASK, v, 8)
+        v = v + cuda.shfl_down_sync(FULL_MASK, v, 4)
+        v = v + cuda.shfl_down_sync(FULL_MASK, v, 2)
+        v = v + cuda.shfl_down_sync(FULL_MASK, v, 1)
+        return cuda.shfl_sync(FULL_MASK, v, 0)
+
+    @device_function
+    def warp_max(v):
+        """Maximum of ``v`` over the warp's lanes, returned to every lane (the same tree as warp_sum)."""
+        v = max(v, cuda.shfl_down_sync(FULL_MASK, v, 16))
+        v = max(v, cuda.shfl_down_sync(FULL_MASK, v, 8))
+        v = max(v, cuda.shfl_down_sync(FULL_MASK, v, 4))
+        v = max(v, cuda.shfl_down_sync(FULL_MASK, v, 2))
+        v = max(v, cuda.shfl_down_sync(FULL_MASK, v, 1))
+        return cuda.shfl_sync(FULL_MASK, v, 0)

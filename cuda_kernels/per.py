@@ -84,11 +84,14 @@ def priority_claim_kernel(idx, owner, batch, capacity, bad_count):
     cuda.atomic.max(owner, j, i)
 
 
-@kernel(void(float32[::1], int64[::1], float32[::1], int32[::1], int64, int64, float32, float32, float32[::1]))
-def priority_write_kernel(prio, idx, td, owner, batch, capacity, alpha, eps, max_prio):
-    """prio: float32 [capacity]; td: float32 [batch] (loss or |TD error|); max_prio: float32 [1]."""
+@kernel(void(float32[::1], int64[::1], float32[::1], int32[::1], int64, int64, float32, float32, float32[::1],
+             int32[::1]))
+def priority_write_kernel(prio, idx, td, owner, batch, capacity, alpha, eps, max_prio, guard):
+    """prio: float32 [capacity]; td: float32 [batch] (loss or |TD error|); max_prio: float32 [1]; guard:
+    int32 [1], when non-zero (the training guard tripped, this update or an earlier one of the epoch)
+    nothing is written, as on the CPU backend."""
     i = cuda.grid(1)
-    if i >= batch:
+    if i >= batch or guard[0] != 0:
         return
     j = idx[i]
     if j < 0 or j >= capacity or owner[j] != i or not (abs(td[i]) < 3.4e38):

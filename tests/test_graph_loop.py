@@ -67,24 +67,50 @@ def test_each_loop_runs_its_own_count_with_head_and_tail(device):
         assert [int(c.copy_to_host()[0]) for c in tail] == [launches] * 2
 
 
-def test_the_guard_ends_its_own_loop_only(device):
-    """A body that trips its guard on its 4th pass runs 4 passes of 10; the other loop runs all of its own."""
+def _tripping_loop(device, lane, count, at):
+    """A loop whose body counts its passes and trips its guard on pass ``at``."""
+    passes, guard = _counter(), cuda.to_device(np.zeros(1, np.int32))
+
+    def body(st):
+        optim.step_increment_kernel[1, 1, st](passes)
+        _trip_at_kernel[1, 1, st](passes, at, guard)
+
+    return Loop(lane, body, count, guard=guard), passes, guard
+
+
+def test_the_guard_ends_a_lone_loop_only(device):
+    """A body that trips its guard on its 4th pass runs 4 passes of 10; the loop of another count runs all
+    of its own."""
     _warm(device)
-    lanes = [device.lane(), device.lane()]
-    passes = [_counter(), _counter()]
-    guard = cuda.to_device(np.zeros(1, np.int32))
-
-    def tripping(st):
-        optim.step_increment_kernel[1, 1, st](passes[0])
-        _trip_at_kernel[1, 1, st](passes[0], 4, guard)
-
-    _trip_at_kernel[1, 1, device.stream](_counter(), 99, guard)
+    _trip_at_kernel[1, 1, device.stream](_counter(), 99, cuda.to_device(np.zeros(1, np.int32)))
     device.synchronize()
-    g = device.capture_loops([Loop(lanes[0], tripping, 10, guard=guard), Loop(lanes[1], _bump(passes[1]), 10)])
+    lone, passes, guard = _tripping_loop(device, device.lane(), 10, 4)
+    other = _counter()
+    g = device.capture_loops([lone, Loop(device.lane(), _bump(other), 9)])
     g.launch()
     device.synchronize()
-    assert [int(c.copy_to_host()[0]) for c in passes] == [4, 10]
+    assert [int(passes.copy_to_host()[0]), int(other.copy_to_host()[0])] == [4, 9]
     assert int(guard.copy_to_host()[0]) == 1
+
+
+def test_loops_of_one_count_share_a_loop_and_run_every_pass(device):
+    """Loops of the same count are one WHILE node: each runs every pass even after its guard trips (a
+    trainer's update changes nothing that lasts once its guard is set, so that equals stopping)."""
+    _warm(device)
+    _trip_at_kernel[1, 1, device.stream](_counter(), 99, cuda.to_device(np.zeros(1, np.int32)))
+    device.synchronize()
+    (a, pa, ga), (b, pb, _) = _tripping_loop(device, device.lane(), 6, 2), _tripping_loop(device, device.lane(), 6, 99)
+    g = device.capture_loops([a, b])
+    g.launch()
+    device.synchronize()
+    assert [int(pa.copy_to_host()[0]), int(pb.copy_to_host()[0])] == [6, 6] and int(ga.copy_to_host()[0]) == 1
+
+
+def test_loop_groups_by_count_in_order():
+    from workbench.device import loop_groups
+
+    loops = [Loop(None, None, n) for n in (400, 200, 400, 100)]
+    assert loop_groups(loops) == [(400, [0, 2]), (200, [1]), (100, [3])]
 
 
 def test_a_loop_needs_a_pass(device):

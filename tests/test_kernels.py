@@ -99,7 +99,10 @@ def test_priority_update_duplicates_and_out_of_range(rng):
     td = rng.normal(0, 2, batch).astype(np.float32)
     p, owner, bad, mx = dev(prio0), dev(np.full(cap, -1, np.int32)), dev(np.zeros(1, np.int32)), dev(np.zeros(1, np.float32))
     per.priority_claim_kernel[1, 32](dev(idx), owner, batch, cap, bad)
-    per.priority_write_kernel[1, 32](p, dev(idx), dev(td), owner, batch, cap, 0.6, 1e-3, mx)
+    tripped = dev(np.ones(1, np.int32))
+    per.priority_write_kernel[1, 32](p, dev(idx), dev(td), owner, batch, cap, 0.6, 1e-3, mx, tripped)
+    assert np.array_equal(p.copy_to_host(), prio0) and mx.copy_to_host()[0] == 0  # the guard tripped: no write
+    per.priority_write_kernel[1, 32](p, dev(idx), dev(td), owner, batch, cap, 0.6, 1e-3, mx, dev(np.zeros(1, np.int32)))
     per.priority_release_kernel[1, 32](dev(idx), owner, batch, cap)
     want, want_bad = per.priority_update_ref(prio0, idx, td, 0.6, 1e-3)
     np.testing.assert_allclose(p.copy_to_host(), want, rtol=1e-6)
@@ -158,6 +161,14 @@ def test_grad_norm_adam_ema(rng):
     assert np.array_equal(t.copy_to_host(), t0)
     optim.ema_kernel[2, 32](t, dev(p0), n, 0.005, dev(np.zeros(1, np.int32)))
     np.testing.assert_allclose(t.copy_to_host(), optim.ema_ref(t0, p0, 0.005), rtol=1e-6)
+
+
+def test_update_counter_stops_once_the_guard_trips():
+    step = dev(np.array([41], np.int64))
+    optim.step_unless_guard_kernel[1, 1](step, dev(np.zeros(1, np.int32)))
+    assert step.copy_to_host()[0] == 42
+    optim.step_unless_guard_kernel[1, 1](step, dev(np.ones(1, np.int32)))
+    assert step.copy_to_host()[0] == 42  # after a trip an update changes nothing that lasts
 
 
 def test_training_guard(rng):
@@ -226,8 +237,9 @@ def _head(rng, B, atoms):
     return rng.normal(0, 1.5, (B, atoms * (1 + BRANCHES.sum()))).astype(np.float32)
 
 
-def test_dueling_head_matches_reference(rng):
-    B, atoms = 6, 11
+@pytest.mark.parametrize("atoms", [11, 51, 101])  # a lane holds 1, 2 or 4 atoms
+def test_dueling_head_matches_reference(rng, atoms):
+    B = 4
     head = _head(rng, B, atoms)
     bias = rng.normal(0, 0.5, head.shape[1]).astype(np.float32)  # the head layer's bias, added on read
     support = np.linspace(-2, 2, atoms).astype(np.float32)

@@ -30,31 +30,39 @@ def _same(a, b) -> None:
     assert np.array_equal(a.params, b.params)  # bit for bit
     assert np.array_equal(a.test_position, b.test_position) and np.array_equal(a.test_pnl, b.test_pnl)
     for x, y in zip(a.epochs, b.epochs):
-        assert (x.updates, x.replay_size, x.loss, x.val_pnl_usd, x.val_bar_t) == \
-            (y.updates, y.replay_size, y.loss, y.val_pnl_usd, y.val_bar_t)
+        np.testing.assert_equal((x.updates, x.replay_size, x.loss, x.val_pnl_usd, x.val_bar_t, x.guard_tripped),
+                                (y.updates, y.replay_size, y.loss, y.val_pnl_usd, y.val_bar_t, y.guard_tripped))
 
 
 @pytest.mark.slow
 def test_each_agent_of_a_population_gets_what_it_gets_alone(bars, fold_gemm):
     feats = build_features(bars)
     windows = [make_window(bars, feats, f) for f in FOLDS]
-    # two agents with different folds, seeds, learning rates and schedules: the second trains two epochs
-    # of two updates after three-step rollouts, the first one epoch of one update after two-step rollouts
-    plan = [(windows[0], 5, _cfg()), (windows[1], 7, _cfg(lr=3e-3, epochs=2, max_steps_per_epoch=2, rollout_steps=3))]
+    # agents with different folds, seeds, learning rates and schedules: the second trains two epochs of two
+    # updates after three-step rollouts, the first one epoch of one update after two-step rollouts. The third
+    # has the second's schedule, so the two share each phase's loop (which runs every pass), and a guard that
+    # trips on its first update: its later updates must change nothing that lasts (weights, optimiser,
+    # priorities, the PER draw's counter), as alone, where its loop stops
+    plan = [(windows[0], 5, _cfg()), (windows[1], 7, _cfg(lr=3e-3, epochs=2, max_steps_per_epoch=2, rollout_steps=3)),
+            (windows[0], 9, _cfg(epochs=2, max_steps_per_epoch=2, rollout_steps=3, q_limit=1e-6))]
     device = Device()
-    alone = [DeviceTrainer(device, fold_gemm(device), PROF, c, bars.market, 100_000.0, seed=s).train_fold(w)
-             for w, s, c in plan]
+    solo = [DeviceTrainer(device, fold_gemm(device), PROF, c, bars.market, 100_000.0, seed=s) for _, s, c in plan]
+    alone = [t.train_fold(w) for t, (w, _, _) in zip(solo, plan)]
     lanes = [device.lane() for _ in plan]
     trainers = [DeviceTrainer(lane, fold_gemm(lane), PROF, c, bars.market, 100_000.0, seed=s)
                 for lane, (w, s, c) in zip(lanes, plan)]
     seen = []
     together = train_population(device, trainers, [w for w, _, _ in plan], on_epoch=lambda i, log: seen.append(i))
-    assert sorted(seen) == [0, 1, 1]
+    assert sorted(seen) == [0, 1, 1, 2, 2]
+    assert [e.guard_tripped for e in alone[2].epochs] == [True, True] and not alone[1].epochs[1].guard_tripped
     for a, b in zip(together, alone):
         _same(a, b)
+    for t, u in zip(trainers, solo):
+        assert np.array_equal(t.state.replay.prio.copy_to_host(), u.state.replay.prio.copy_to_host())
+        assert np.array_equal(t.state.learner.step.copy_to_host(), u.state.learner.step.copy_to_host())
     assert not np.array_equal(together[0].params, together[1].params)  # the agents did differ
-    assert [len(r.epochs) for r in together] == [1, 2] and together[1].epochs[1].updates == 2
-    assert together[0].epochs[0].ms["agents_per_launch"] == 2 and together[1].epochs[1].ms["agents_per_launch"] == 1
+    assert [len(r.epochs) for r in together] == [1, 2, 2] and together[1].epochs[1].updates == 2
+    assert together[0].epochs[0].ms["agents_per_launch"] == 3 and together[1].epochs[1].ms["agents_per_launch"] == 2
     assert agent_bytes(trainers[0]) > trainers[0].state.replay.capacity * 4  # counts the replay ring at least
 
 

@@ -19,6 +19,7 @@ Every driver call's result is checked; a failure names the call.
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable, NamedTuple
 
@@ -122,9 +123,21 @@ class Loop(NamedTuple):
     tail: Callable | None = None
 
 
+def loop_groups(loops) -> list[tuple[int, list[int]]]:
+    """The loops of a loop graph grouped by count, ``[(count, [loop indices])]`` in order of first
+    appearance: a group shares one WHILE node. Only a loop alone in its group ends early on its guard;
+    a group runs every pass, which for a trainer whose guard tripped changes nothing that lasts (its
+    update kernels skip every lasting write once the guard is set), the same as stopping it."""
+    groups: dict[int, list[int]] = {}
+    for i, lp in enumerate(loops):
+        groups.setdefault(lp.count, []).append(i)
+    return list(groups.items())
+
+
 class EagerLoop:
-    """Simulator stand-in of :class:`LoopGraph`: each loop runs its head, its body until its count or
-    until its guard reads non-zero after a pass (the condition kernel's rule), then its tail."""
+    """Simulator stand-in of :class:`LoopGraph`, the same rules: per group (:func:`loop_groups`) the
+    heads, then ``count`` passes of every member's body (a lone loop stops once its guard reads non-zero
+    after a pass: the condition kernel's rule), then the tails."""
 
     n_nodes = 0
 
@@ -134,16 +147,20 @@ class EagerLoop:
     def launch(self) -> None:
         from cuda_kernels.graph_loop import loop_next_ref
 
-        for lp in self.loops:
-            st = lp.lane.stream
-            if lp.head is not None:
-                lp.head(st)
-            count, more = 0, True
+        for count, members in loop_groups(self.loops):
+            group = [self.loops[i] for i in members]
+            for lp in group:
+                if lp.head is not None:
+                    lp.head(lp.lane.stream)
+            guard = group[0].guard if len(group) == 1 else None
+            done, more = 0, True
             while more:
-                lp.body(st)
-                count, more = loop_next_ref(count, lp.count, 0 if lp.guard is None else int(lp.guard.copy_to_host()[0]))
-            if lp.tail is not None:
-                lp.tail(st)
+                for lp in group:
+                    lp.body(lp.lane.stream)
+                done, more = loop_next_ref(done, count, 0 if guard is None else int(guard.copy_to_host()[0]))
+            for lp in group:
+                if lp.tail is not None:
+                    lp.tail(lp.lane.stream)
 
 
 _LOOP_FUNCTIONS: dict = {}
@@ -242,6 +259,13 @@ class Device:
         runs the branches side by side. In the simulator the branches run one after another."""
         if self.simulator:
             return EagerGraph(self, lambda _st: [fn(lane.stream) for lane, fn in zip(lanes, fns)])
+        with self._fork_join(lanes, fns) as branches:
+            return self._captured(branches)
+
+    @contextmanager
+    def _fork_join(self, lanes, fns):
+        """``enqueue()``, for use inside a capture of this stream: ``fns[i](lanes[i].stream)`` on each lane,
+        forked from and joined back into this stream by events (freed on leaving the block)."""
         drv = _drv()
         flag = drv.CUevent_flags.CU_EVENT_DISABLE_TIMING
         fork = check(drv.cuEventCreate(flag), "cuEventCreate")
@@ -256,18 +280,20 @@ class Device:
                 check(drv.cuStreamWaitEvent(self.raw_stream, join, 0), "cuStreamWaitEvent (join)")
 
         try:
-            return self._captured(branches)
+            yield branches
         finally:
             for ev in (fork, *joins):
                 check(drv.cuEventDestroy(ev), "cuEventDestroy")
 
     def capture_loops(self, loops: "list[Loop]") -> LoopGraph | EagerLoop:
-        """One graph that runs every :class:`Loop`: its ``head`` once, its ``body`` ``count`` times in a
-        conditional WHILE node (fewer when its ``guard``, an int32 device array, is non-zero after a
-        pass), then its ``tail`` once, all on its ``lane``; the loops are independent branches, so the
-        GPU runs them side by side. One :meth:`LoopGraph.launch` runs a phase: no host loop of launches.
-        Each body is captured on its own lane (the stream its cuBLAS handle is bound to) into the WHILE
-        node's body graph and ends with the condition kernel (:mod:`cuda_kernels.graph_loop`)."""
+        """One graph that runs every :class:`Loop` on its lane: its ``head`` once, its ``body`` ``count``
+        times, then its ``tail`` once. Loops of one count share a conditional WHILE node whose body
+        forks every loop's pass onto its lane and joins them (:func:`loop_groups`), so the GPU runs the
+        agents side by side and the loop costs one condition per pass for all of them; a loop alone
+        in its group also ends early when its ``guard`` (an int32 device array) is non-zero after a
+        pass. One :meth:`LoopGraph.launch` runs a phase: no host loop of launches. Each loop's body
+        is captured on its own lane (the stream its cuBLAS handle is bound to); the WHILE body ends
+        with the condition kernel (:mod:`cuda_kernels.graph_loop`)."""
         loops = list(loops)
         if not loops or min(lp.count for lp in loops) < 1:
             raise ValueError("capture_loops needs at least one loop, each of count >= 1")
@@ -277,8 +303,9 @@ class Device:
 
         drv = _drv()
         fn_next = _loop_function(self)
-        counters = cuda.to_device(np.zeros(len(loops), np.int32))
-        never = cuda.to_device(np.zeros(1, np.int32))  # the guard of a loop without one
+        groups = loop_groups(loops)
+        counters = cuda.to_device(np.zeros(len(groups), np.int32))
+        never = cuda.to_device(np.zeros(1, np.int32))  # the guard of a group of several loops
         ctx = check(drv.cuCtxGetCurrent(), "cuCtxGetCurrent")
         graph = check(drv.cuGraphCreate(0), "cuGraphCreate")
 
@@ -289,8 +316,9 @@ class Device:
             return node
 
         try:
-            for i, lp in enumerate(loops):
-                deps = [child(lp.lane, lp.head, [])] if lp.head is not None else []
+            for g, (count, members) in enumerate(groups):
+                group = [loops[i] for i in members]
+                heads = [child(lp.lane, lp.head, []) for lp in group if lp.head is not None]
                 handle = check(drv.cuGraphConditionalHandleCreate(graph, ctx, 1, drv.CU_GRAPH_COND_ASSIGN_DEFAULT),
                                "cuGraphConditionalHandleCreate")
                 params = drv.CUgraphNodeParams()
@@ -299,19 +327,25 @@ class Device:
                 params.conditional.type = drv.CUgraphConditionalNodeType.CU_GRAPH_COND_TYPE_WHILE
                 params.conditional.size = 1
                 params.conditional.ctx = ctx
-                node = check(drv.cuGraphAddNode(graph, deps, None, len(deps), params), "cuGraphAddNode (WHILE)")
-                args = ((int(handle), device_pointer(counters) + 4 * i, int(lp.count),
-                         device_pointer(never if lp.guard is None else lp.guard)),
+                node = check(drv.cuGraphAddNode(graph, heads, None, len(heads), params), "cuGraphAddNode (WHILE)")
+                guard = group[0].guard if len(group) == 1 and group[0].guard is not None else never
+                owner = group[0].lane if len(group) == 1 else self  # the stream the pass is captured on
+                args = ((int(handle), device_pointer(counters) + 4 * g, int(count), device_pointer(guard)),
                         (ctypes.c_ulonglong, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p))
 
-                def one_pass(lp=lp, args=args):
-                    lp.body(lp.lane.stream)
-                    check(drv.cuLaunchKernel(fn_next, 1, 1, 1, 1, 1, 1, 0, lp.lane.raw_stream, args, 0),
+                def condition(owner=owner, args=args):
+                    check(drv.cuLaunchKernel(fn_next, 1, 1, 1, 1, 1, 1, 0, owner.raw_stream, args, 0),
                           "cuLaunchKernel (loop condition)")
 
-                lp.lane._captured(one_pass, into=params.conditional.phGraph_out[0])
-                if lp.tail is not None:
-                    child(lp.lane, lp.tail, [node])
+                body_graph = params.conditional.phGraph_out[0]
+                if len(group) == 1:
+                    owner._captured(lambda lp=group[0], c=condition: (lp.body(lp.lane.stream), c()), into=body_graph)
+                else:  # the events live until the capture has ended
+                    with self._fork_join([lp.lane for lp in group], [lp.body for lp in group]) as branches:
+                        owner._captured(lambda b=branches, c=condition: (b(), c()), into=body_graph)
+                for lp in group:
+                    if lp.tail is not None:
+                        child(lp.lane, lp.tail, [node])
             exec_graph = check(drv.cuGraphInstantiate(graph, 0), "cuGraphInstantiate (loops)")
         except BaseException:
             drv.cuGraphDestroy(graph)

@@ -163,7 +163,7 @@ class DeviceTrainer:
         rp, b, lr, wd = S.replay, S.batch, S.learner, S.window
         g = _grid(b.size, self.tpb) + (st,)
         K_scan.launch_scan(rp.prio, rp.cumsum, rp.tiles, rp.capacity, rp.scan_threads, st)
-        K_opt.step_increment_kernel[1, 1, st](lr.step)
+        K_opt.step_unless_guard_kernel[1, 1, st](lr.step, lr.guard)
         K_per.per_sample_kernel[g](rp.cumsum, rp.size, b.size, cfg.per_beta, self.k0, self.k1, lr.step, b.idx, b.isw)
         K_per.normalize_weights_kernel[1, self.red, st](b.isw, b.size)
         gobs = _gs(self.device, b.size * S.shape.obs_dim, self.tpb) + (st,)
@@ -204,7 +204,7 @@ class DeviceTrainer:
                               cfg.weight_decay, lr.step, lr.clip, lr.guard)
         K_per.priority_claim_kernel[g](b.idx, rp.owner, b.size, rp.capacity, rp.bad)
         K_per.priority_write_kernel[g](rp.prio, b.idx, b.loss, rp.owner, b.size, rp.capacity, cfg.per_alpha,
-                                       cfg.per_eps, rp.max_prio)
+                                       cfg.per_eps, rp.max_prio, lr.guard)
         K_per.priority_release_kernel[g](b.idx, rp.owner, b.size, rp.capacity)
         K_opt.ema_kernel[gp](lr.target, lr.params, n, cfg.tau, lr.guard)
 
