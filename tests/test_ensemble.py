@@ -116,7 +116,11 @@ def test_a_search_trial_with_seeds_scores_the_mean_of_its_seeds():
     cfg = load_config(None, TINY + ["training.seeds=2", "splits.max_folds=1"])
     prep = WalkForward(cfg).prepare("data/es_sample.parquet")
     backend = make_backend("cpu")
-    sharpes, status, hourly = evaluate_candidate(cfg, {}, None, [1], backend, prep)
+    seen = []
+    sharpes, status, hourly = evaluate_candidate(cfg, {}, None, [1], backend, prep,
+                                                 on_epoch=lambda f, log, n: seen.append((f, log.epoch, n)))
+    E = cfg.training.epochs  # progress counts on across the seeds: seed 1's epoch e is E + e of 2E
+    assert seen == [(1, e, 2 * E) for e in range(1, 2 * E + 1)]
     runs = [train_fold(0, prep, cfg, backend, test=False, s=s) for s in range(2)]
     alone = [fold_score(prep, 0, [r]) for r in runs]
     assert status == "ok"

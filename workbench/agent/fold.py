@@ -60,18 +60,26 @@ def fold_window(k: int, prep):
     return make_window(prep.bars, prep.feats, prep.folds.loc[k].to_dict())
 
 
+def seeds_counting_on(on_epoch, epochs: int, s: int):
+    """Seed ``s``'s progress callback when a fold's seeds train one after another: ``on_epoch(log)`` sees
+    seed s's epoch e as ``s * epochs + e`` (of ``seeds * epochs``), so progress and its ETA count the
+    fold's whole work; the logs kept are each seed's own. None stays None."""
+    if on_epoch is None:
+        return None
+    import dataclasses
+
+    return lambda log: on_epoch(dataclasses.replace(log, epoch=s * epochs + log.epoch))
+
+
 def run_dqn_fold(k: int, prep, cfg, backend, ranges: dict, on_epoch=None):
     """Train and test the k-th fold, its ``training.seeds`` agents one after another;
     :func:`workbench.agent.ensemble.finish_fold` checks and reports it. ``on_epoch(log)`` sees every
-    seed's epochs numbered on across the seeds (seed s's epoch e as ``s * epochs + e``, so progress
-    counts the fold's whole work); the logs kept are each seed's own."""
-    import dataclasses
-
+    seed's epochs counted on across the seeds (:func:`seeds_counting_on`)."""
     from .ensemble import finish_fold
 
     E = cfg.training.epochs
-    report = lambda s: (lambda log: on_epoch(dataclasses.replace(log, epoch=s * E + log.epoch))) if on_epoch else None  # noqa: E731
-    results = [train_fold(k, prep, cfg, backend, on_epoch=report(s), s=s) for s in range(cfg.training.seeds)]
+    results = [train_fold(k, prep, cfg, backend, on_epoch=seeds_counting_on(on_epoch, E, s), s=s)
+               for s in range(cfg.training.seeds)]
     return finish_fold(k, prep, cfg, results, ranges)
 
 

@@ -33,7 +33,7 @@ import pandas as pd
 
 from ..agent.backend import make_backend
 from ..agent.train_config import validate
-from ..agent.fold import train_fold
+from ..agent.fold import seeds_counting_on, train_fold
 from ..agent.population import Job, side_by_side, train_jobs
 from ..config import RunConfig
 from ..errors import ConfigError
@@ -65,9 +65,11 @@ def evaluate_candidate(base: RunConfig, values: dict, bars, score_folds, backend
         prep, backend = worker_context(base, bars)
     sharpes, hourly = [], []
     for label in score_folds:  # fold numbers, from 1
-        report = (lambda log, f=label: on_epoch(f, log, cfg.training.epochs)) if on_epoch else None
-        runs = [train_fold(label - 1, prep, cfg, backend, test=False, on_epoch=report if s == 0 else None, s=s)
-                for s in range(cfg.training.seeds)]
+        # the fold's seeds train one after another: their epochs count on (seed s's epoch e as s * E + e)
+        E, K = cfg.training.epochs, cfg.training.seeds
+        report = (lambda log, f=label: on_epoch(f, log, E * K)) if on_epoch else None
+        runs = [train_fold(label - 1, prep, cfg, backend, test=False, on_epoch=seeds_counting_on(report, E, s), s=s)
+                for s in range(K)]
         sharpe, pnl = fold_score(prep, label - 1, runs)
         sharpes.append(sharpe)
         hourly.extend(pnl)
