@@ -23,32 +23,45 @@ import numpy as np
 from .nb import SIMULATOR, WARP, cuda, device_function, float32, float64, int32, int64, kernel, void, warp_max, warp_sum
 
 MAX_ATOMS = 128
-HEAD_SLOTS = MAX_ATOMS // WARP  # atoms a lane of the head and the loss holds at most
+
+
+MAX_BRANCHES, MAX_ACTIONS = 4, 8
+RED_SHAPE = (MAX_BRANCHES, MAX_ATOMS)  # shared-memory reduction rows (compile-time shape)
+
+
+HEAD_SLOTS = MAX_ATOMS // WARP  # atoms a lane of the dueling head holds at most
 
 
 def head_launch(B: int, atoms: int, n_branch: int) -> tuple[int, tuple[int, int]]:
     """(grid, block) of ``dueling_head_kernel``: one block per row, a warp per branch (in the simulator,
     which runs every thread in Python, a row of only as many lanes as the tree's width needs)."""
-    return B, (_sim_width(atoms) if SIMULATOR else WARP, n_branch)
-
-
-LOSS_ROWS = 4  # samples per block of the loss (a warp each)
-
-
-def _sim_width(atoms: int) -> int:
-    """The simulator's "warp": only as many lanes as the tree's width needs (every thread runs in Python)."""
-    width = 1
-    while width < min(atoms, WARP):
-        width *= 2
-    return width
-
-
-def loss_launch(B: int, atoms: int) -> tuple[int, tuple[int, int]]:
-    """(grid, block) of ``c51_loss_kernel``: a warp per sample, ``LOSS_ROWS`` samples per block (one in
-    the simulator, with a narrower row: see ``head_launch``)."""
+    width = WARP
     if SIMULATOR:
-        return B, (_sim_width(atoms), 1)
-    return (B + LOSS_ROWS - 1) // LOSS_ROWS, (WARP, LOSS_ROWS)
+        width = 1
+        while width < min(atoms, WARP):
+            width *= 2
+    return B, (width, n_branch)
+
+
+def loss_launch(B: int, atoms: int) -> tuple[int, int]:
+    lanes = 1
+    while lanes < atoms:
+        lanes *= 2
+    return B, lanes
+
+
+@device_function
+def _tree_dev(s, row, z, lanes, op):
+    """In-place tree reduction of s[row, :lanes] (op 0 = sum, 1 = max); every thread of the block calls it."""
+    half = lanes // 2
+    while half > 0:
+        if z < half:
+            if op == 0:
+                s[row, z] += s[row, z + half]
+            else:
+                s[row, z] = max(s[row, z], s[row, z + half])
+        cuda.syncthreads()
+        half //= 2
 
 
 @device_function
@@ -164,25 +177,20 @@ def _first_lo_at_least(target, r, keep, gamma_n, v_min, v_max, dz, atoms):
                float32[:, ::1], float32[::1], int64))
 def c51_loss_kernel(logp, q_next, logp_next_target, actions, reward, done, gamma_n, v_min, v_max, atoms, is_w,
                     n_branch, branch_size, branch_off, grad_scale, dhead, loss_out, B):
-    """A warp per sample (``loss_launch``), lane l for atoms l, l + 32, ... (``_slots``). dhead: out
-    [B, atoms*(1+A)] (fully written); loss_out: out [B]. For each of its atoms z a lane computes the
-    projected target mass of z by visiting the source atoms that reach it (no float atomics), its share
-    of the cross-entropy, and the gradient of every head column of atom z (only that lane touches those
-    columns, so no barrier); the cross-entropy is summed by the tree of ``dueling_head_kernel``
-    (the lane's atoms, then warp shuffles): the sums of a shared-memory tree, in its order."""
-    row = cuda.blockIdx.x * cuda.blockDim.y + cuda.threadIdx.y
-    live = row < B  # every lane of the block runs every reduction (the simulator's stand-in has barriers)
-    b = min(row, B - 1)
-    lane = cuda.threadIdx.x
-    width = cuda.blockDim.x  # 32: a warp (fewer lanes only in the simulator)
-    k = _slots(atoms, width)
-    t = cuda.local.array(HEAD_SLOTS, float32)
-    cols = dhead.shape[1]
-    for j in range(HEAD_SLOTS):
-        z = lane + width * j
-        if live and j < k and z < atoms:
-            for c in range(z, cols, atoms):  # atom z's columns, written only by this lane
-                dhead[b, c] = 0.0
+    """Block per sample (``loss_launch``), thread z per atom. dhead: out [B, atoms*(1+A)] (fully
+    written); loss_out: out [B]. Thread z computes the projected target mass of atom z by visiting
+    the source atoms that reach it (no float atomics), its share of the cross-entropy (tree-reduced),
+    and the gradient of every head column of atom z."""
+    b = cuda.blockIdx.x
+    if b >= B:
+        return
+    z = cuda.threadIdx.x
+    lanes = cuda.blockDim.x
+    s = cuda.shared.array(RED_SHAPE, float32)
+    width = dhead.shape[1]
+    for c in range(z, width, lanes):
+        dhead[b, c] = 0.0
+    cuda.syncthreads()
     dz = (v_max - v_min) / (atoms - 1)
     w = is_w[b]
     r = reward[b]
@@ -195,41 +203,42 @@ def c51_loss_kernel(logp, q_next, logp_next_target, actions, reward, done, gamma
         for a in range(1, nA):
             if q_next[b, off + a] > best_q:
                 best, best_q = a, q_next[b, off + a]
-        for j in range(HEAD_SLOTS):
-            z = lane + width * j
-            m = float32(0.0)
-            ce = float32(0.0)
-            g = float32(0.0)
-            if j < k and z < atoms:
-                # the source atoms that reach atom z have lo(j) in {z - 1, z}; lo(j) never decreases with j
-                # (every step of its float arithmetic is monotone), so they are the range [j0, j1), visited
-                # in the same ascending order as a loop over every j: the same sum, bit for bit
-                j0 = _first_lo_at_least(z - 1, r, keep, gamma_n, v_min, v_max, dz, atoms)
-                j1 = _first_lo_at_least(z + 1, r, keep, gamma_n, v_min, v_max, dz, atoms)
-                for src in range(j0, j1):
-                    tz = min(max(r + keep * gamma_n * (v_min + src * dz), v_min), v_max)
-                    bj = (tz - v_min) / dz
-                    lo = min(max(int32(math.floor(bj)), 0), atoms - 1)
-                    hi = min(max(int32(math.ceil(bj)), 0), atoms - 1)
-                    if lo == z or hi == z:
-                        pj = math.exp(logp_next_target[b, off + best, src])
-                        if lo == hi:
-                            m += pj
-                        elif lo == z:
-                            m += pj * (hi - bj)
-                        else:
-                            m += pj * (bj - lo)
-                lp = logp[b, off + at, z]
-                ce = -m * lp
-                g = (math.exp(lp) - m) * w * grad_scale / n_branch
-                if live:
-                    dhead[b, z] += g
-                    dhead[b, atoms * (1 + off + at) + z] += g
-                    for a in range(nA):
-                        dhead[b, atoms * (1 + off + a) + z] -= g / nA
-            t[j] = ce
-        loss += warp_sum(_fold(t, k, 0))
-    if live and lane == 0:
+        m = float32(0.0)
+        ce = float32(0.0)
+        g = float32(0.0)
+        if z < atoms:
+            # the source atoms that reach atom z have lo(j) in {z - 1, z}; lo(j) never decreases with j
+            # (every step of its float arithmetic is monotone), so they are the range [j0, j1), visited
+            # in the same ascending order as a loop over every j: the same sum, bit for bit
+            j0 = _first_lo_at_least(z - 1, r, keep, gamma_n, v_min, v_max, dz, atoms)
+            j1 = _first_lo_at_least(z + 1, r, keep, gamma_n, v_min, v_max, dz, atoms)
+            for j in range(j0, j1):
+                tz = min(max(r + keep * gamma_n * (v_min + j * dz), v_min), v_max)
+                bj = (tz - v_min) / dz
+                lo = min(max(int32(math.floor(bj)), 0), atoms - 1)
+                hi = min(max(int32(math.ceil(bj)), 0), atoms - 1)
+                if lo == z or hi == z:
+                    pj = math.exp(logp_next_target[b, off + best, j])
+                    if lo == hi:
+                        m += pj
+                    elif lo == z:
+                        m += pj * (hi - bj)
+                    else:
+                        m += pj * (bj - lo)
+            lp = logp[b, off + at, z]
+            ce = -m * lp
+            g = (math.exp(lp) - m) * w * grad_scale / n_branch
+        s[0, z] = ce
+        cuda.syncthreads()
+        _tree_dev(s, 0, z, lanes, 0)
+        loss += s[0, 0]
+        cuda.syncthreads()
+        if z < atoms:
+            dhead[b, z] += g
+            dhead[b, atoms * (1 + off + at) + z] += g
+            for a in range(nA):
+                dhead[b, atoms * (1 + off + a) + z] -= g / nA
+    if z == 0:
         loss_out[b] = loss / n_branch
 
 
