@@ -23,12 +23,8 @@ import numpy as np
 from .nb import SIMULATOR, WARP, cuda, device_function, float32, float64, int32, int64, kernel, void, warp_max, warp_sum
 
 MAX_ATOMS = 128
-
-
-MAX_BRANCHES, MAX_ACTIONS = 4, 8
-RED_SHAPE = (MAX_BRANCHES, MAX_ATOMS)  # shared-memory reduction rows (compile-time shape)
-
-
+MAX_BRANCHES = 4
+RED_SHAPE = (MAX_BRANCHES, MAX_ATOMS)  # the loss's shared-memory reduction rows (compile-time shape)
 HEAD_SLOTS = MAX_ATOMS // WARP  # atoms a lane of the dueling head holds at most
 
 
