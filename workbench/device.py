@@ -1,6 +1,8 @@
 """Device runtime on the CUDA driver API (``cuda.bindings.driver``): a non-blocking stream (and more
 lanes, one per agent of a population, joined in one graph by :meth:`Device.capture_lanes`), graph
-capture and replay, raw scalar readbacks into pinned memory, pinned host-to-device slots, events.
+capture and replay, graph loops (:meth:`Device.capture_loops`: a phase's passes as conditional WHILE
+nodes, one launch per phase), raw scalar readbacks into pinned memory, pinned host-to-device slots,
+events.
 
 Capture rules (GPU_NOTES.md; each one was seen to break a capture):
 
@@ -10,10 +12,13 @@ Capture rules (GPU_NOTES.md; each one was seen to break a capture):
 - ``fn`` enqueues on ``device.stream`` only; nothing synchronises inside it;
 - capture runs inside ``cuda.defer_cleanup()`` so Numba's deferred frees cannot fire mid-capture;
 - Python scalars passed to kernels are frozen into the graph: values that change between replays
-  live in device arrays, fed from the host through :class:`HostSlot` copies captured in the graph.
+  live in device arrays, fed from the host through :class:`HostSlot` copies captured in the graph;
+- a WHILE node's body holds no allocation: cuBLAS runs on its own workspace (set after its stream:
+  ``cublasSetStream`` resets the workspace and cuBLAS would then add allocation nodes).
 
 In Numba's simulator there is no driver: :meth:`Device.capture` returns a graph that runs ``fn``
-eagerly on every replay, and readbacks use ``copy_to_host``, so the same code path runs in CI.
+eagerly on every replay, :meth:`Device.capture_loops` Python loops with the condition kernel's rule,
+and readbacks use ``copy_to_host``, so the same code path runs in CI.
 Every driver call's result is checked; a failure names the call.
 """
 from __future__ import annotations
@@ -87,8 +92,8 @@ class Graph:
 
 
 class LoopGraph(Graph):
-    """A graph of WHILE loops (:meth:`Device.capture_loops`): one ``launch()`` runs every branch's body
-    its own number of passes (fewer where its guard trips), then the branch's tail."""
+    """A graph of WHILE loops (:meth:`Device.capture_loops`): one ``launch()`` runs every loop's head,
+    its body its own number of passes (a loop alone in its group fewer when its guard trips), its tail."""
 
     def __init__(self, device: "Device", graph, exec_graph, n_nodes: int, counts: list[int], keep: list):
         super().__init__(device, graph, exec_graph, n_nodes)

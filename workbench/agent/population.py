@@ -4,9 +4,10 @@ Each agent is a :class:`~workbench.agent.trainer.DeviceTrainer` on its own lane 
 stream of the same device, :meth:`Device.lane`) with its own named state, window, seed and
 hyper-parameters. A phase of an epoch is one graph of independent branches, one per agent, so one
 ``cuGraphLaunch`` runs the phase for every agent and the GPU overlaps the branches (one agent's update
-at the reference shape leaves most of the H200 idle): the experience steps and the updates as a
-WHILE loop per agent (:meth:`Device.capture_loops`), validation as branches forked from and joined
-back into the population's stream (:meth:`Device.capture_lanes`).
+at the reference shape leaves most of the H200 idle): the experience steps and the updates as graph
+loops (:meth:`Device.capture_loops`: agents with the same number of passes share one WHILE node whose
+body forks their passes onto their lanes), validation as branches forked from and joined back into
+the population's stream (:meth:`Device.capture_lanes`).
 Kernels and buffers are the single agent's, unchanged, so an agent of a population computes exactly
 what it computes alone. The epoch's statistics of every agent come back in one readback (one host
 sync per epoch for the whole population); guard restore, epoch selection and logs are per agent
@@ -36,8 +37,9 @@ class GpuPopulation:
     """P device trainers driven together (the phases :func:`run_agents` drives).
 
     The experience and training phases of every agent are one launch each: a loop graph
-    (:meth:`Device.capture_loops`) with one WHILE loop per agent, each agent its own number of passes
-    (its rollout's steps, its updates; its own guard ends its own updates). Agents may differ in their
+    (:meth:`Device.capture_loops`) in which each agent runs its own number of passes (its rollout's
+    steps, its updates), agents of one count sharing a WHILE node; an agent whose guard trips runs its
+    remaining passes as no-ops (its kernels skip every lasting write). Agents may differ in their
     schedule (epochs, steps and updates per epoch, when learning starts): every (phase, agents) graph an
     epoch will need is captured in :meth:`setup`, before any work runs. Validation is one graph of
     every agent's backtest as a branch (:meth:`Device.capture_lanes`)."""

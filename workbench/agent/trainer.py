@@ -6,7 +6,7 @@ allocations and the kernels' first compilation):
 - init: upload the window (features, prices, masks) once and allocate the named device state
   (:mod:`workbench.agent.device_state`, every buffer at its starting value); load every declared
   kernel into the context from its signature (compiled, or read from the on-disk cache) without
-  launching it, so nothing has to be undone; reset the envs; capture the experience-step graph, the
+  launching it, so nothing has to be undone; reset the envs; capture the experience loop, the
   update loop and the validation graph. A phase's loop is a conditional WHILE node around its body
   (:meth:`workbench.device.Device.capture_loops`): one host launch per phase per epoch.
 - experience: one launch: ``rollout_steps + n_step - 1`` passes of one env step for ``n_envs`` envs
