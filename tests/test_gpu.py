@@ -150,3 +150,16 @@ def test_readback_and_host_slot_inside_a_graph(device):
     g.replay(100)
     t1 = device.event().record()
     assert t0.elapsed_ms(t1) > 0
+
+
+def test_scan_of_a_million_priorities_with_full_blocks(rng, device):
+    """The replay's prefix sum at its real size and block (1024 threads = 32 warps) against float64 cumsum."""
+    from cuda_kernels import scan
+
+    n, threads = 1 << 20, 1024
+    x = rng.uniform(0.01, 2.0, n).astype(np.float32)
+    out = cuda.to_device(np.full(n, np.nan))
+    tiles = cuda.to_device(np.full(scan.n_tiles(n, threads), np.nan))
+    scan.launch_scan(cuda.to_device(x), out, tiles, n, threads, device.stream)
+    device.synchronize()
+    np.testing.assert_allclose(out.copy_to_host(), scan.inclusive_scan_ref(x), rtol=1e-12)
