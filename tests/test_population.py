@@ -125,17 +125,13 @@ def test_walkforward_trains_its_folds_and_seeds_as_one_population(bars, monkeypa
     assert np.array_equal(result.fold_results[0].members[1].bars["position"].to_numpy(), alone.test_position)
 
 
-POP_BOUNDS = """
-[swarm]
-particles = 2
-seed = 4
-folds = [1]
-[bounds.lr]
-type = "float"
-low = 1e-4
-high = 1e-3
-scale = "log"
-"""
+def _pop_bounds() -> str:
+    """The hyperopt tests' tiny bounds (test_hyperopt.TINY) cut to two particles and the lr bound."""
+    from test_hyperopt import TINY
+
+    text = TINY.split("[bounds.gamma]")[0].replace("particles = 3", "particles = 2")
+    assert "particles = 2" in text and "[bounds.lr]" in text and "[bounds.gamma]" not in text
+    return text
 
 
 @pytest.mark.slow
@@ -149,7 +145,7 @@ def test_a_swarm_iteration_trains_as_one_population(bars, monkeypatch, tmp_path)
 
     cfg = _tiny_gpu_run(monkeypatch, HS, max_folds=1)
     path = tmp_path / "b.toml"
-    path.write_text(POP_BOUNDS)
+    path.write_text(_pop_bounds())
     (tmp_path / "s").mkdir()
     search = HS.Search(cfg, HyperoptProfile(path), bars, tmp_path / "s")
     log = search.run(2)
