@@ -88,6 +88,31 @@ def test_process_workers_reproduce_the_run_and_resume(tmp_path, reference, capsy
     _same_run(reference, out)
 
 
+class StartOrder(PlainProgress):
+    def __init__(self):
+        super().__init__(open(os.devnull, "w"))
+        self.order = []
+
+    def fold_started(self, k, ranges):
+        self.order.append(k)
+
+
+def test_gpu_workers_each_train_a_share_of_the_folds(tmp_path, reference):
+    """Workers that hold a GPU each get a share of the folds at once (every n-th fold) and train it as
+    populations there; here the plumbing runs on CPU workers, which train their share one fold after
+    another: the same run as in one process, and the shares start together."""
+    cfg = load_config(None, TINY_CFG)
+    ex = ProcessExecutor(2)
+    ex.gpu_workers = True
+    progress = StartOrder()
+    try:
+        WalkForward(cfg).run(str(SAMPLE), progress=progress, run_dir=RunDir(tmp_path / "run"), executor=ex)
+    finally:
+        ex.close()
+    _same_run(reference, tmp_path / "run")
+    assert progress.order == [0, 2, 1]  # shares [fold 1, fold 3] and [fold 2], each started whole
+
+
 class KillWorkers(PlainProgress):
     """When the first fold finishes, kill (SIGKILL) the workers ``pick()`` names (running other folds)."""
 

@@ -125,6 +125,20 @@ def run_fold_job(cfg: RunConfig, bars, k: int, ranges: dict) -> FoldResult:
     return fold_result(cfg, k, prep, backend, ranges)
 
 
+def run_folds_job(cfg: RunConfig, bars, ks: list[int], ranges: dict) -> tuple[list[FoldResult], dict]:
+    """Folds ``ks`` in a worker process that holds one GPU (see :mod:`workbench.executor`): trained side
+    by side as populations where its backend allows, as in one process (each fold's result is the one it
+    gets alone), else one after another. Returns (their results in the order of ``ks``, the population
+    plan or ``{}``)."""
+    prep, backend = worker_context(cfg, bars)
+    if cfg.strategy.name == "dqn" and side_by_side(backend, cfg.gpu, True, len(ks) * cfg.training.seeds):
+        out: dict[int, FoldResult] = {}
+        plan: dict = {}
+        WalkForward(cfg)._run_populations(ks, prep, backend, ranges, None, {}, out.__setitem__, plan)
+        return [out[k] for k in ks], plan
+    return [fold_result(cfg, k, prep, backend, ranges[k]) for k in ks], {}
+
+
 class WalkForward:
     """Walk-forward evaluation of one strategy under one :class:`~workbench.config.RunConfig`.
 
@@ -207,6 +221,9 @@ class WalkForward:
         if agent and side_by_side(backend, cfg.gpu, here, len(todo) * cfg.training.seeds):
             self._run_populations(todo, prep, backend, ranges, progress, started, finished, plan)
             todo = []  # every fold done, in populations
+        if agent and not here and getattr(executor, "gpu_workers", False) and len(todo) > 1:
+            self._run_on_gpu_workers(todo, executor, bars, ranges, progress, started, finished, plan)
+            todo = []  # every fold done, a share per worker
         if here:
             def job(k):
                 # a fold's seeds train one after another here: their epochs count on (run_dqn_fold)
@@ -248,6 +265,32 @@ class WalkForward:
         if progress:
             progress.finish(summary)
         return result
+
+    def _run_on_gpu_workers(self, todo, executor, bars, ranges, progress, started, finished, plan: dict) -> None:
+        """Workers that hold one GPU each: every worker gets a share of the folds (every n-th, so the shares
+        cost alike) and trains it as populations (:func:`run_folds_job`); a worker's folds are written as
+        its share finishes. A share whose worker was lost fails its folds (a resume runs them again)."""
+        cfg = self.config
+        n = min(executor.slots, len(todo))
+        shares = [todo[i::n] for i in range(n)]
+
+        def on_start(i: int) -> None:
+            for k in shares[i]:
+                started[k] = time.perf_counter()
+                if progress:
+                    progress.fold_started(k, ranges[k])
+
+        shared = executor.share(bars)
+        jobs = [(cfg, shared, ks, {k: ranges[k] for k in ks}) for ks in shares]
+        for i, out in executor.imap_unordered(run_folds_job, jobs, on_start=on_start):
+            if isinstance(out, WorkerLost):
+                results = [_failed(cfg, bars, k, ranges[k], out) for k in shares[i]]
+            else:
+                results, worker_plan = out
+                if worker_plan:
+                    plan.setdefault("per_worker", []).append({"folds": [k + 1 for k in shares[i]], **worker_plan})
+            for k, res in zip(shares[i], results):
+                finished(k, res)
 
     def _run_populations(self, todo, prep, backend, ranges, progress, started, finished, plan: dict) -> None:
         """The GPU path for several folds: folds trained side by side in populations

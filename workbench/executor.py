@@ -61,6 +61,7 @@ def resolve(obj):
 class InlineExecutor:
     slots = 1
     live_progress = True  # jobs run here, so the epoch table can follow them
+    gpu_workers = False  # (this process trains its folds as populations itself where it has a GPU)
 
     def share(self, obj):
         return obj
@@ -110,6 +111,7 @@ class ProcessExecutor:
             raise ConfigError(f"--workers {n} but only {len(self.gpus)} GPU(s) visible ({','.join(self.gpus)})",
                               "one worker per GPU: use fewer workers, or --device cpu")
         self.slots, self.retries = n, retries
+        self.gpu_workers = bool(self.gpus)  # each worker holds one GPU: it trains a share of the folds as populations
         self.visible = [self.gpus[i] if self.gpus else "" for i in range(n)]  # "" hides every GPU
         self._ctx = mp.get_context("spawn")
         self._pools: list[cf.ProcessPoolExecutor | None] = [None] * n
@@ -216,6 +218,7 @@ class DaskExecutor:
             raise ConfigError(f"the Dask scheduler at {self.address} has no workers")
         gpus = sum(int(w.get("resources", {}).get("GPU", 0)) for w in workers.values())
         self.resources = {"GPU": 1} if gpus else None
+        self.gpu_workers = bool(gpus)
         self.slots = gpus or sum(int(w.get("nthreads", 1)) for w in workers.values())
 
     @property

@@ -54,7 +54,8 @@ def candidate_config(base: RunConfig, values: dict) -> RunConfig:
 
 def evaluate_candidate(base: RunConfig, values: dict, bars, score_folds, backend=None, prep=None, on_epoch=None):
     """(validation Sharpe per scored fold, status, hourly validation PnL of the chosen epochs) of one
-    candidate; runs in whichever process holds the job. ``on_epoch(fold, log, n_epochs)``: progress, in process."""
+    candidate; runs in whichever process holds the job. ``on_epoch(fold, log, n_epochs)``: progress, in
+    process. In a worker that holds a GPU the trial's (fold, seed) agents train as one population."""
     try:
         cfg = candidate_config(base, values)
     except ConfigError as exc:
@@ -63,14 +64,22 @@ def evaluate_candidate(base: RunConfig, values: dict, bars, score_folds, backend
         from ..engine import worker_context
 
         prep, backend = worker_context(base, bars)
+    E, K = cfg.training.epochs, cfg.training.seeds
+    runs: dict[int, list] = {}
+    jobs = [Job(label - 1, cfg, s) for label in score_folds for s in range(K)]
+    if on_epoch is None and side_by_side(backend, cfg.gpu, True, len(jobs)):
+        # a worker process holding a GPU: the trial's folds and seeds train side by side (each as alone)
+        for j, res in train_jobs(jobs, prep, backend, test=False):
+            runs.setdefault(jobs[j].k, [None] * K)[jobs[j].s] = res
+    else:
+        for label in score_folds:  # fold numbers, from 1
+            # the fold's seeds train one after another: their epochs count on (seed s's epoch e as s * E + e)
+            report = (lambda log, f=label: on_epoch(f, log, E * K)) if on_epoch else None
+            runs[label - 1] = [train_fold(label - 1, prep, cfg, backend, test=False,
+                                          on_epoch=seeds_counting_on(report, E, s), s=s) for s in range(K)]
     sharpes, hourly = [], []
-    for label in score_folds:  # fold numbers, from 1
-        # the fold's seeds train one after another: their epochs count on (seed s's epoch e as s * E + e)
-        E, K = cfg.training.epochs, cfg.training.seeds
-        report = (lambda log, f=label: on_epoch(f, log, E * K)) if on_epoch else None
-        runs = [train_fold(label - 1, prep, cfg, backend, test=False, on_epoch=seeds_counting_on(report, E, s), s=s)
-                for s in range(K)]
-        sharpe, pnl = fold_score(prep, label - 1, runs)
+    for label in score_folds:
+        sharpe, pnl = fold_score(prep, label - 1, runs[label - 1])
         sharpes.append(sharpe)
         hourly.extend(pnl)
     return sharpes, "ok", hourly
