@@ -87,3 +87,27 @@ def test_train_fold_agrees_with_the_cpu_backend(bars, fold_gemm):
     assert np.array_equal(gpu.test_position, cpu.test_position)
     np.testing.assert_allclose(gpu.test_pnl, cpu.test_pnl, rtol=1e-12, atol=1e-9)
     assert gpu.backend.startswith("gpu") and cpu.backend == "cpu"
+
+
+@pytest.mark.slow
+def test_a_tripping_guard_ends_the_epoch_alike_on_both_backends(bars, fold_gemm):
+    """|Q| over q_limit on the first update of every epoch: both backends stop the epoch's updates there,
+    write no priority for the tripping update, restore the epoch's starting weights and report it."""
+    feats = build_features(bars)
+    fold = dict(train_start=300, train_stop=600, val_start=610, val_stop=614, test_start=630, test_stop=634)
+    w = make_window(bars, feats, fold)
+    prof = GpuProfile(hidden=8, atoms=3, batch=4, n_envs=2)
+    cfg = TrainConfig(epochs=2, rollout_steps=2, n_step=1, episode_len=20, learning_starts=0, max_steps_per_epoch=3,
+                      replay_capacity=1024, v_min=-2.0, v_max=2.0, lr=1e-3, q_limit=1e-6)
+    device = Device()
+    gpu_t = DeviceTrainer(device, fold_gemm(device), prof, cfg, bars.market, 100_000.0, seed=5)
+    cpu_t = CpuTrainer(prof, cfg, bars.market, 100_000.0, seed=5)
+    gpu = gpu_t.train_fold(w)
+    cpu = cpu_t.train_fold(w)
+    for g, c in zip(gpu.epochs, cpu.epochs):
+        assert (g.guard_tripped, g.updates) == (c.guard_tripped, c.updates) == (True, 0)
+    np.testing.assert_allclose(gpu.params, cpu.params, rtol=1e-6, atol=1e-7)  # both back at the start
+    size = int(gpu_t.state.replay.size.copy_to_host()[0])
+    assert size == cpu_t.replay.size
+    np.testing.assert_array_equal(gpu_t.state.replay.prio.copy_to_host()[:size], cpu_t.replay.prio[:size])
+    assert np.array_equal(gpu.test_position, cpu.test_position)
