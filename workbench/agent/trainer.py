@@ -173,8 +173,8 @@ class DeviceTrainer:
 
     def _update_learn(self, st) -> None:
         """Part 2 (update): forwards, C51 loss, backward, grad norm."""
-        S, cfg = self.state, self.cfg
-        b, lr, nets, sh = S.batch, S.learner, S.nets, S.shape
+        S = self.state
+        b, lr, nets = S.batch, S.learner, S.nets
         nets.s.forward(lr.params, b.obs)
         nets.s2.forward(lr.params, b.obs_next)
         nets.t2.forward(lr.target, b.obs_next)
