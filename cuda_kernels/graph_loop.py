@@ -14,6 +14,9 @@ trips (the pass that tripped it is the last, as on the CPU backend).
 """
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 LOOP_KERNEL = "loop_next"
 
 LOOP_SOURCE = r"""
@@ -65,3 +68,24 @@ def compile_loop_kernel(cc: tuple[int, int], target: str = "cubin") -> bytes:
         return out
     finally:
         nvrtc.nvrtcDestroyProgram(prog)
+
+
+def loop_cubin(cc: tuple[int, int], cache_dir: str | None = None) -> bytes:
+    """The condition kernel's cubin for compute capability ``cc``, from the kernel cache
+    (:data:`cuda_kernels.nb.CACHE_DIR`, keyed on this package's sources; ``cache_dir`` overrides it)
+    when there, else compiled (NVRTC, ~0.3 s with its library's loading) and written there for the
+    next process. No cache (``WORKBENCH_KERNEL_CACHE=off``, a read-only home): compiled every time."""
+    if cache_dir is None:
+        from .nb import CACHE_DIR as cache_dir
+    path = Path(cache_dir) / f"graph_loop_sm{cc[0]}{cc[1]}.cubin" if cache_dir else None
+    if path is not None and path.is_file():
+        return path.read_bytes()
+    cubin = compile_loop_kernel(cc)
+    if path is not None:
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        try:
+            tmp.write_bytes(cubin)
+            os.replace(tmp, path)  # atomic: concurrent workers never read half a file
+        except OSError:  # the cache is a convenience: the compiled cubin is used all the same
+            tmp.unlink(missing_ok=True)
+    return cubin

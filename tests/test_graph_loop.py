@@ -52,6 +52,17 @@ def test_condition_kernel_compiles_for_sm90():
     assert ".entry loop_next" in ptx and "cudaGraphSetConditional" in ptx
 
 
+def test_condition_kernel_cubin_is_cached_between_processes(tmp_path, monkeypatch):
+    pytest.importorskip("cuda.bindings.nvrtc")
+    from cuda_kernels import graph_loop
+
+    first = graph_loop.loop_cubin((9, 0), str(tmp_path))
+    assert (tmp_path / "graph_loop_sm90.cubin").read_bytes() == first
+    monkeypatch.setattr(graph_loop, "compile_loop_kernel", lambda *a: pytest.fail("compiled again"))
+    assert graph_loop.loop_cubin((9, 0), str(tmp_path)) == first  # the next process reads it back
+    assert list(tmp_path.iterdir()) == [tmp_path / "graph_loop_sm90.cubin"]  # no temporary file left
+
+
 def test_each_loop_runs_its_own_count_with_head_and_tail(device):
     _warm(device)
     lanes = [device.lane(), device.lane()]

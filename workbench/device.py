@@ -172,15 +172,15 @@ _LOOP_FUNCTIONS: dict = {}
 
 
 def _loop_function(device: "Device"):
-    """The graph-loop condition kernel (:mod:`cuda_kernels.graph_loop`), NVRTC-compiled for this GPU and
-    loaded into the current context once per process."""
+    """The graph-loop condition kernel (:mod:`cuda_kernels.graph_loop`) for this GPU (NVRTC-compiled, or
+    read from the kernel cache) loaded into the current context once per process."""
     drv = _drv()
     ctx = int(check(drv.cuCtxGetCurrent(), "cuCtxGetCurrent"))
     if ctx not in _LOOP_FUNCTIONS:
-        from cuda_kernels.graph_loop import LOOP_KERNEL, compile_loop_kernel
+        from cuda_kernels.graph_loop import LOOP_KERNEL, loop_cubin
 
         try:
-            cubin = compile_loop_kernel(device.info.compute_capability)
+            cubin = loop_cubin(device.info.compute_capability)
         except Exception as exc:
             raise DeviceError(f"cannot build the graph-loop kernel: {exc}",
                               "install the 'gpu' extra (numba-cuda[cu13] brings NVRTC)") from exc
