@@ -28,22 +28,23 @@ RED_SHAPE = (MAX_BRANCHES, MAX_ATOMS)  # the loss's shared-memory reduction rows
 HEAD_SLOTS = MAX_ATOMS // WARP  # atoms a lane of the dueling head holds at most
 
 
-def head_launch(B: int, atoms: int, n_branch: int) -> tuple[int, tuple[int, int]]:
-    """(grid, block) of ``dueling_head_kernel``: one block per row, a warp per branch (in the simulator,
-    which runs every thread in Python, a row of only as many lanes as the tree's width needs)."""
-    width = WARP
-    if SIMULATOR:
-        width = 1
-        while width < min(atoms, WARP):
-            width *= 2
-    return B, (width, n_branch)
-
-
-def loss_launch(B: int, atoms: int) -> tuple[int, int]:
+def _tree_width(atoms: int) -> int:
+    """The reduction trees' width over atoms: the smallest power of two >= atoms."""
     lanes = 1
     while lanes < atoms:
         lanes *= 2
-    return B, lanes
+    return lanes
+
+
+def head_launch(B: int, atoms: int, n_branch: int) -> tuple[int, tuple[int, int]]:
+    """(grid, block) of ``dueling_head_kernel``: one block per row, a warp per branch (in the simulator,
+    which runs every thread in Python, a row of only as many lanes as the tree's width needs)."""
+    return B, (min(_tree_width(atoms), WARP) if SIMULATOR else WARP, n_branch)
+
+
+def loss_launch(B: int, atoms: int) -> tuple[int, int]:
+    """(grid, block) of ``c51_loss_kernel``: one block per sample, a thread per lane of the tree's width."""
+    return B, _tree_width(atoms)
 
 
 @device_function

@@ -168,32 +168,31 @@ if SIMULATOR:
             half //= 2
         cuda.syncthreads()
         return vals[0]
-
-    @device_function
-    def warp_sum(v):
-        return _warp_tree(v, 0)
-
-    @device_function
-    def warp_max(v):
-        return _warp_tree(v, 1)
 else:
     @device_function
-    def warp_sum(v):
-        """Sum of ``v`` over the 32 lanes of the warp, returned to every lane: a shuffle tree (lane i
-        adds lane i + 16, then i + 8, ... 1), so the order of additions is the shared-memory tree's."""
-        v = v + cuda.shfl_down_sync(FULL_MASK, v, 16)
-        v = v + cuda.shfl_down_sync(FULL_MASK, v, 8)
-        v = v + cuda.shfl_down_sync(FULL_MASK, v, 4)
-        v = v + cuda.shfl_down_sync(FULL_MASK, v, 2)
-        v = v + cuda.shfl_down_sync(FULL_MASK, v, 1)
-        return cuda.shfl_sync(FULL_MASK, v, 0)
+    def _warp_step(v, op, delta):
+        w = cuda.shfl_down_sync(FULL_MASK, v, delta)
+        return v + w if op == 0 else max(v, w)
 
     @device_function
-    def warp_max(v):
-        """Maximum of ``v`` over the warp's lanes, returned to every lane (the same tree as warp_sum)."""
-        v = max(v, cuda.shfl_down_sync(FULL_MASK, v, 16))
-        v = max(v, cuda.shfl_down_sync(FULL_MASK, v, 8))
-        v = max(v, cuda.shfl_down_sync(FULL_MASK, v, 4))
-        v = max(v, cuda.shfl_down_sync(FULL_MASK, v, 2))
-        v = max(v, cuda.shfl_down_sync(FULL_MASK, v, 1))
+    def _warp_tree(v, op):
+        """``v`` reduced over the warp's 32 lanes (op 0 sum, 1 max), the total back to every lane: a
+        shuffle tree (lane i with lane i + 16, then i + 8, ... 1), the pairs of a shared-memory tree."""
+        v = _warp_step(v, op, 16)
+        v = _warp_step(v, op, 8)
+        v = _warp_step(v, op, 4)
+        v = _warp_step(v, op, 2)
+        v = _warp_step(v, op, 1)
         return cuda.shfl_sync(FULL_MASK, v, 0)
+
+
+@device_function
+def warp_sum(v):
+    """Sum of ``v`` over the warp's lanes, returned to every lane, in the tree order of ``_warp_tree``."""
+    return _warp_tree(v, 0)
+
+
+@device_function
+def warp_max(v):
+    """Maximum of ``v`` over the warp's lanes, returned to every lane (the same tree as warp_sum)."""
+    return _warp_tree(v, 1)
