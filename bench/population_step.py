@@ -15,10 +15,9 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import statistics
 import time
 
-from train_step import B, ATOMS, CAP, H, _window, torch_update
+from train_step import B, ATOMS, CAP, H, _window, ms_per_step, torch_update
 
 
 def population(P: int, steps: int) -> dict:
@@ -60,20 +59,8 @@ def population(P: int, steps: int) -> dict:
         capture_s = time.perf_counter() - t1
         loop = device.capture_loops([Loop(t.device, t.enqueue_update, steps, guard=t.state.learner.guard)
                                      for t in trainers])
-
-        def timed(fn):
-            fn()
-            device.synchronize()
-            out = []
-            for _ in range(5):
-                a = device.event().record()
-                fn()
-                b = device.event().record()
-                out.append(a.elapsed_ms(b) / steps)
-            return statistics.median(out)
-
-        ms = timed(lambda: upd.replay(steps))
-        loop_ms = timed(loop.launch)
+        ms = ms_per_step(device, lambda: upd.replay(steps), steps)
+        loop_ms = ms_per_step(device, loop.launch, steps)
         assert all(t.state.learner.guard.copy_to_host()[0] == 0 for t in trainers)
         row[math] = {"ms_per_launch": ms, "agent_updates_per_s": P * 1e3 / ms, "ms_per_agent_update": ms / P,
                      "graph_nodes": upd.n_nodes, "capture_s": capture_s,
@@ -85,7 +72,7 @@ def population(P: int, steps: int) -> dict:
 
 def _pieces(t) -> dict:
     """Pieces of one agent's update, each captured alone (for the saturated breakdown)."""
-    S, st = t.state, t.device.stream
+    S = t.state
     b, lr, nets = S.batch, S.learner, S.nets
     return {"sample (scan 1M, PER draw, gathers)": t._update_sample,
             "forward s (online)": lambda _s: nets.s.forward(lr.params, b.obs),

@@ -39,6 +39,20 @@ def _window(T=40_000, seed=0):
                   (0, 30_000), (30_100, 35_000), (35_100, 40_000), idx)
 
 
+def ms_per_step(device, fn, steps: int) -> float:
+    """GPU ms per step of ``fn`` (which enqueues ``steps`` steps): median of 5 event-timed calls after one
+    warm call."""
+    fn()
+    device.synchronize()
+    out = []
+    for _ in range(5):
+        a = device.event().record()
+        fn()
+        b = device.event().record()
+        out.append(a.elapsed_ms(b) / steps)
+    return statistics.median(out)
+
+
 def ours(math: str, steps: int, rows: list):
     from workbench.agent.gemm import make_gemm
     from workbench.agent.train_config import TrainConfig
@@ -58,22 +72,11 @@ def ours(math: str, steps: int, rows: list):
     g.experience.launch()  # 4096 envs x 256 steps = 1M transitions: a full ring
     device.synchronize()
 
-    def time_it(fn):
-        fn()
-        device.synchronize()
-        out = []
-        for _ in range(5):
-            a = device.event().record()
-            fn()
-            b = device.event().record()
-            out.append(a.elapsed_ms(b) / steps)
-        return statistics.median(out)
-
     one = device.capture(tr.enqueue_update)
     loop = device.capture_loops([Loop(device, tr.enqueue_update, steps, guard=tr.state.learner.guard)])
-    graph_ms = time_it(lambda: one.replay(steps))
-    loop_ms = time_it(loop.launch)
-    eager_ms = time_it(lambda: [tr.enqueue_update(device.stream) for _ in range(steps)])
+    graph_ms = ms_per_step(device, lambda: one.replay(steps), steps)
+    loop_ms = ms_per_step(device, loop.launch, steps)
+    eager_ms = ms_per_step(device, lambda: [tr.enqueue_update(device.stream) for _ in range(steps)], steps)
     assert tr.state.learner.guard.copy_to_host()[0] == 0  # every loop ran all its passes
     breakdown(tr, device, rows, math)
     rows.append((f"ours, graph replay, cuBLAS {math}", graph_ms, one.n_nodes))
