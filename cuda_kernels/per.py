@@ -4,8 +4,9 @@ Kernel-side only (NumPy/Numba). Sizes, counters and hyper-parameters are argumen
 changes between graph replays (fill count, write pointer, step, max priority) lives in small device arrays.
 
 - Sampling is stratified: sample i draws u from Philox at counter (i, step, TAG_PER) and looks for
-  ``(i + u) * total / batch`` in the inclusive prefix sum of priorities (binary search). The total is
-  read from device memory (``cumsum[size - 1]``), never from the host.
+  ``(i + u) * total / batch`` in the inclusive prefix sum of priorities (binary search over the scan's
+  two levels, :func:`cuda_kernels.scan.prefix_dev`). The total is read from device memory (the prefix
+  at ``size - 1``), never from the host.
 - Importance weights ``(size * p_i / total) ** -beta``, divided by the batch maximum.
 - Priority update: ``(|td| + eps) ** alpha``. Indices outside ``[0, capacity)`` are skipped and
   counted in ``bad_count``. When a batch holds an index twice, the sample with the highest batch
@@ -17,13 +18,16 @@ import numpy as np
 
 from .nb import cuda, kernel, float32, float64, int32, int64, uint32, void
 from .philox import uniform4_dev
+from .scan import prefix_dev
 
 TAG_PER = 0x5045
 
 
-@kernel(void(float64[::1], int64[::1], int64, float32, uint32, uint32, int64[::1], int64[::1], float32[::1]))
-def per_sample_kernel(cumsum, size_arr, batch, beta, k0, k1, step_arr, out_idx, out_w):
-    """cumsum: float64 [capacity]; size_arr/step_arr: int64 [1]; out_idx: int64 [batch]; out_w: float32 [batch]."""
+@kernel(void(float64[::1], float64[::1], int64, int64[::1], int64, float32, uint32, uint32, int64[::1], int64[::1],
+             float32[::1]))
+def per_sample_kernel(local, tiles, tile_len, size_arr, batch, beta, k0, k1, step_arr, out_idx, out_w):
+    """local, tiles: the priorities' two-level prefix sum (:func:`cuda_kernels.scan.launch_scan`, tiles of
+    ``tile_len``); size_arr/step_arr: int64 [1]; out_idx: int64 [batch]; out_w: float32 [batch]."""
     i = cuda.grid(1)
     if i >= batch:
         return
@@ -32,18 +36,18 @@ def per_sample_kernel(cumsum, size_arr, batch, beta, k0, k1, step_arr, out_idx, 
         out_idx[i] = 0
         out_w[i] = 0.0
         return
-    total = cumsum[n - 1]
+    total = prefix_dev(local, tiles, tile_len, n - 1)
     u, _a, _b, _c = uniform4_dev(i, step_arr[0], TAG_PER, k0, k1)
     thr = (float64(i) + float64(u)) * total / float64(batch)
     lo, hi = 0, n - 1
     while lo < hi:
         mid = (lo + hi) // 2
-        if cumsum[mid] > thr:
+        if prefix_dev(local, tiles, tile_len, mid) > thr:
             hi = mid
         else:
             lo = mid + 1
     j = min(max(lo, 0), n - 1)
-    p = cumsum[j] - (cumsum[j - 1] if j > 0 else 0.0)
+    p = prefix_dev(local, tiles, tile_len, j) - (prefix_dev(local, tiles, tile_len, j - 1) if j > 0 else 0.0)
     out_idx[i] = j
     out_w[i] = float32((float64(n) * p / total) ** (-float64(beta))) if p > 0 else float32(0.0)
 

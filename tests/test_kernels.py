@@ -63,30 +63,41 @@ def test_philox_uniforms_match_reference_and_look_uniform(rng):
 
 # ---- scan ----
 
-@pytest.mark.parametrize("n,threads", [(1, 32), (127, 32), (1000, 32), (4500, 64)])
+@pytest.mark.parametrize("n,threads", [(1, 32), (127, 32), (1000, 32), (4500, 64), (128, 32), (257, 64)])
 def test_scan_any_n(rng, n, threads):
+    """The two levels read back as the full inclusive prefix sum; the tile-local level is each tile's own scan."""
     x = rng.uniform(0.01, 2.0, n).astype(np.float32)
-    out = poisoned(n, np.float64)
+    local = poisoned(n, np.float64)
     tiles = poisoned(scan.n_tiles(n, threads), np.float64)
-    scan.launch_scan(dev(x), out, tiles, n, threads)
-    np.testing.assert_allclose(out.copy_to_host(), scan.inclusive_scan_ref(x), rtol=1e-12)
+    scan.launch_scan(dev(x), local, tiles, n, threads)
+    got_local, got_tiles, tl = local.copy_to_host(), tiles.copy_to_host(), scan.tile_len(threads)
+    np.testing.assert_allclose(scan.two_level_ref(got_local, got_tiles, tl), scan.inclusive_scan_ref(x), rtol=1e-12)
+    for t0 in range(0, n, tl):
+        np.testing.assert_allclose(got_local[t0:t0 + tl], scan.inclusive_scan_ref(x[t0:t0 + tl]), rtol=1e-12)
 
 
 # ---- PER ----
 
-def test_per_sampling_weights_and_bounds(rng):
+@pytest.mark.parametrize("threads", [8, 32])
+def test_per_sampling_weights_and_bounds(rng, threads):
+    """Sampling from the scan's two levels (tiles of 32 and 128 priorities over a 257-slot fill): the
+    same indices as the reference's search of the full prefix sum."""
     cap, size, batch = 300, 257, 64
     prio = np.zeros(cap, np.float32)
     prio[:size] = rng.uniform(0.05, 3.0, size)
-    cums = dev(np.concatenate([np.cumsum(prio[:size].astype(np.float64)), np.full(cap - size, np.nan)]))
+    prio[rng.integers(0, size, 5)] = 0.0  # empty slots inside the fill are never drawn
+    local, tiles = poisoned(cap, np.float64), poisoned(scan.n_tiles(cap, threads), np.float64)
+    scan.launch_scan(dev(prio), local, tiles, cap, threads)
     idx, w = poisoned(batch, np.int64), poisoned(batch)
     k0, k1, step = int(rng.integers(0, 2**32)), 5, int(rng.integers(0, 1000))
-    per.per_sample_kernel[2, 32](cums, dev(np.array([size])), batch, 0.4, k0, k1, dev(np.array([step])), idx, w)
+    per.per_sample_kernel[2, 32](local, tiles, scan.tile_len(threads), dev(np.array([size])), batch, 0.4, k0, k1,
+                                 dev(np.array([step])), idx, w)
     per.normalize_weights_kernel[1, 32](w, batch)
     ref_idx, ref_w = per.per_sample_ref(prio, size, batch, 0.4, k0, k1, step)
     got_idx = idx.copy_to_host()
     assert (got_idx >= 0).all() and (got_idx < size).all()
     assert np.array_equal(got_idx, ref_idx)
+    assert (prio[got_idx] > 0).all()
     np.testing.assert_allclose(w.copy_to_host(), ref_w, rtol=1e-5)
 
 
