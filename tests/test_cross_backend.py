@@ -14,6 +14,7 @@ import pytest
 
 from cuda_kernels.slots import RF
 from workbench.agent.cpu_trainer import CpuTrainer
+from workbench.agent.network import views
 from workbench.agent.train_config import TrainConfig
 from workbench.agent.trainer import DeviceTrainer
 from workbench.agent.window import make_window
@@ -40,7 +41,8 @@ def test_update_steps_agree(bars, fold_gemm):
     cpu = CpuTrainer(prof, cfg, bars.market, 100_000.0, seed=11)
     cpu.setup(w)
     lr, rp = cpu.learner, cpu.replay
-    assert np.array_equal(lr.params, S.learner.params.copy_to_host())  # the same starting weights
+    host = gpu.host_layout  # the device pads W3's rows (NetShape.head_cols); the CPU backend does not
+    assert np.array_equal(lr.params, host(S.learner.params.copy_to_host()))  # the same starting weights
     size = int(S.replay.size.copy_to_host()[0])
     assert size == prof.n_envs * cfg.rollout_steps
     rp.int_store, rp.float_store = S.replay.int_store.copy_to_host(), S.replay.float_store.copy_to_host()
@@ -53,11 +55,13 @@ def test_update_steps_agree(bars, fold_gemm):
         assert np.array_equal(S.batch.idx.copy_to_host(), r.idx), f"step {step}: different batch"
         np.testing.assert_allclose(S.batch.isw.copy_to_host(), r.isw, rtol=1e-5)
         np.testing.assert_allclose(S.batch.loss.copy_to_host(), r.loss, rtol=2e-4, atol=1e-6)
-        np.testing.assert_allclose(S.learner.grads.copy_to_host(), r.grads, rtol=2e-3, atol=2e-6)
-        np.testing.assert_allclose(S.learner.params.copy_to_host(), lr.params, rtol=1e-4, atol=2e-6)
-        np.testing.assert_allclose(S.learner.target.copy_to_host(), lr.target, rtol=1e-5, atol=1e-7)
+        np.testing.assert_allclose(host(S.learner.grads.copy_to_host()), r.grads, rtol=2e-3, atol=2e-6)
+        np.testing.assert_allclose(host(S.learner.params.copy_to_host()), lr.params, rtol=1e-4, atol=2e-6)
+        np.testing.assert_allclose(host(S.learner.target.copy_to_host()), lr.target, rtol=1e-5, atol=1e-7)
         np.testing.assert_allclose(S.replay.prio.copy_to_host(), rp.prio, rtol=1e-4, atol=1e-6)
     assert not np.array_equal(lr.params, lr.target)  # the updates did move the weights
+    W3 = views(S.learner.params.copy_to_host(), S.shape)["W3"]
+    assert S.shape.head_cols > S.shape.head_width and (W3[:, S.shape.head_width:] == 0).all()  # padding stays 0
 
 
 @pytest.mark.slow

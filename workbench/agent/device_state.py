@@ -25,6 +25,9 @@ from ..device import Device, HostSlot
 from .network import DeviceNetwork, NetShape, init_params
 from .window import N_POS, Window
 
+# the head layer's rows on the device: a multiple of 4 floats (16 bytes), so cuBLAS can use its
+# vectorised and tensor-core kernels (network.NetShape.head_cols)
+HEAD_ALIGN = 4
 # bytes of replay memory per transition: both stores, priority, prefix sum, owner
 BYTES_PER_TRANSITION = K_ro.N_INT * 4 + K_ro.N_FLOAT * 4 + 4 + 8 + 4
 
@@ -73,7 +76,7 @@ class Learner(NamedTuple):
     """Network and optimiser: flat parameter buffers (layout :class:`NetShape`), their copies, Adam state,
     the update's scalars, and the guard."""
 
-    params: object        # float32 [n_params], the online network
+    params: object        # float32 [n_params], the online network (the device layout: NetShape.head_cols)
     target: object        # the target network (Polyak average of params)
     best: object          # the weights kept for the fold (epoch selection)
     grads: object
@@ -209,7 +212,7 @@ class Batch(NamedTuple):
     actions: object       # int32 [B, 3]
     ret: object           # float32 [B], n-step return
     terminal: object      # float32 [B]
-    dhead: object         # float32 [B, head_width], the loss's gradient at the head
+    dhead: object         # float32 [B, head_cols], the loss's gradient at the head (padding columns zero)
     loss: object          # float32 [B], per-sample cross-entropy
     size: int
 
@@ -218,7 +221,7 @@ def alloc_batch(mem: Mem, shape: NetShape, size: int) -> Batch:
     return Batch(idx=mem.zeros(size, np.int64), isw=mem.zeros(size, np.float32),
                  obs=mem.zeros((size, shape.obs_dim), np.float32), obs_next=mem.zeros((size, shape.obs_dim), np.float32),
                  actions=mem.zeros((size, 3), np.int32), ret=mem.zeros(size, np.float32),
-                 terminal=mem.zeros(size, np.float32), dhead=mem.zeros((size, shape.head_width), np.float32),
+                 terminal=mem.zeros(size, np.float32), dhead=mem.zeros((size, shape.head_cols), np.float32),
                  loss=mem.zeros(size, np.float32), size=size)
 
 
@@ -284,7 +287,7 @@ class DeviceState(NamedTuple):
 def alloc_state(device: Device, gemm, profile, cfg, w: Window, seed: int, norm_blocks: int) -> DeviceState:
     """Allocate and upload a fold's whole device state, every buffer at its starting value."""
     mem = Mem(device)
-    shape = NetShape(obs_dim=w.n_features + N_POS, hidden=profile.hidden, atoms=profile.atoms)
+    shape = NetShape(obs_dim=w.n_features + N_POS, hidden=profile.hidden, atoms=profile.atoms, head_align=HEAD_ALIGN)
     learner = alloc_learner(mem, shape, cfg, seed, norm_blocks)
     n_new = profile.n_envs * cfg.rollout_steps
     chunk = backtest_chunk_bars(device, w)

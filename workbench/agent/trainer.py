@@ -48,6 +48,7 @@ from ..gpu_profile import GpuProfile
 from ..markets import MarketSpec
 from .device_state import DeviceState, alloc_state
 from .loop import EpochStats, run_fold
+from .network import relayout
 from .records import EpochLog, FoldTrainResult, philox_keys  # noqa: F401 (re-exported)
 from .train_config import TrainConfig
 from .window import MAX_POS, N_POS, Window
@@ -342,8 +343,14 @@ class DeviceTrainer:
         lr.best.copy_to_device(lr.params, stream=self.device.stream)
 
     def kept(self) -> np.ndarray:
+        """The kept weights in the host layout (:func:`~workbench.agent.network.relayout`)."""
         self.device.synchronize()  # keep() copied on this (non-blocking) stream; the copy back does not wait on it
-        return self.state.learner.best.copy_to_host()
+        return self.host_layout(self.state.learner.best.copy_to_host())
+
+    def host_layout(self, flat: np.ndarray) -> np.ndarray:
+        """A flat device parameter (or gradient) buffer, copied back, in the host layout."""
+        sh = self.state.shape
+        return relayout(flat, sh, sh.host)
 
     def _backtest_kept(self, rng: tuple[int, int], dev_range, q_out: list | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Backtest bars [a, b) with the kept weights; (position, pnl) of those bars, back on the host."""
