@@ -171,7 +171,9 @@ def test_grad_norm_adam_ema(rng):
     optim.ema_kernel[2, 32](t, dev(p0), n, 0.005, dev(np.ones(1, np.int32)))
     assert np.array_equal(t.copy_to_host(), t0)
     optim.ema_kernel[2, 32](t, dev(p0), n, 0.005, dev(np.zeros(1, np.int32)))
-    np.testing.assert_allclose(t.copy_to_host(), optim.ema_ref(t0, p0, 0.005), rtol=1e-6)
+    # atol: where t and p nearly cancel the GPU's fused multiply-add rounds once, the float64 reference's
+    # float32 result twice (seen on the H200: 2.3e-10 apart at a value of -2.9e-5, operands ~1)
+    np.testing.assert_allclose(t.copy_to_host(), optim.ema_ref(t0, p0, 0.005), rtol=1e-6, atol=1e-7)
 
 
 def test_update_counter_stops_once_the_guard_trips():
