@@ -6,7 +6,9 @@ Shape as ``bench/train_step.py`` (batch 1024, hidden 512, 51 atoms, 3x3 actions,
 of 1M transitions per agent, filled by the agents' own envs: 4096 envs x 256 steps). Each agent has
 its own seed (and its own copy of the window). Each figure: median over 5 timed blocks of ``--steps``
 launches of the joint update graph, after one warm block, and the same ``--steps`` updates as one
-launch of a loop graph (a WHILE loop per agent, what the trainer runs). Also: device memory per
+launch of a loop graph (the agents' passes side by side in one WHILE node), each agent's GEMMs on its
+own stream and (``batched``, what a population runs by default) the agents meeting at every GEMM for
+one batched cuBLAS GEMM (``workbench.agent.gemm.GemmMeeting``). Also: device memory per
 agent, graph nodes, and the time to allocate, fill and capture. Usage (on the GPU machine):
     python bench/population_step.py [--sizes 1,4,16,32,64] [--steps 100] [--json OUT.json]
 """
@@ -21,7 +23,7 @@ from train_step import B, ATOMS, CAP, H, _window, ms_per_step, torch_update
 
 
 def population(P: int, steps: int) -> dict:
-    from workbench.agent.gemm import make_gemm
+    from workbench.agent.gemm import GemmMeeting, make_gemm
     from workbench.agent.population import agent_bytes
     from workbench.agent.train_config import TrainConfig
     from workbench.agent.trainer import DeviceTrainer
@@ -57,14 +59,22 @@ def population(P: int, steps: int) -> dict:
         t1 = time.perf_counter()
         upd = device.capture_lanes(lanes, [t.enqueue_update for t in trainers])
         capture_s = time.perf_counter() - t1
-        loop = device.capture_loops([Loop(t.device, t.enqueue_update, steps, guard=t.state.learner.guard)
-                                     for t in trainers])
+        loops = [Loop(t.device, t.enqueue_update, steps, guard=t.state.learner.guard, steps=t.update_steps)
+                 for t in trainers]
+        loop = device.capture_loops(loops)
         ms = ms_per_step(device, lambda: upd.replay(steps), steps)
         loop_ms = ms_per_step(device, loop.launch, steps)
-        assert all(t.state.learner.guard.copy_to_host()[0] == 0 for t in trainers)
         row[math] = {"ms_per_launch": ms, "agent_updates_per_s": P * 1e3 / ms, "ms_per_agent_update": ms / P,
                      "graph_nodes": upd.n_nodes, "capture_s": capture_s,
                      "loop_ms_per_update": loop_ms, "loop_agent_updates_per_s": P * 1e3 / loop_ms}
+        if P > 1:  # the agents meeting at every GEMM: one batched GEMM each (what a population runs by default)
+            t2 = time.perf_counter()
+            batched = device.capture_loops(loops, meet=GemmMeeting(device, make_gemm(device, "cublas", math)))
+            row[math]["batched_capture_s"] = time.perf_counter() - t2
+            b_ms = ms_per_step(device, batched.launch, steps)
+            row[math].update(batched_ms_per_update=b_ms, batched_agent_updates_per_s=P * 1e3 / b_ms,
+                             batched_graph_nodes=batched.n_nodes)
+        assert all(t.state.learner.guard.copy_to_host()[0] == 0 for t in trainers)
         if P >= 16:
             row[math]["breakdown_ms_per_agent"] = breakdown(device, lanes, trainers, steps)
     return row
@@ -125,14 +135,15 @@ def main() -> int:
           f"{torch_rows[0][0]}: {torch_ms:.4f} ms/update = {1e3 / torch_ms:,.0f} updates/s")
     print(f"{'P':>3} {'MB/agent':>9} {'fp32 ms/launch':>15} {'fp32 upd/s':>11} {'x torch':>8} "
           f"{'tf32 ms/launch':>15} {'tf32 upd/s':>11} {'x torch':>8} {'nodes':>6} {'setup s':>8} "
-          f"{'loop fp32 upd/s':>16} {'loop tf32 upd/s':>16}")
+          f"{'loop fp32 upd/s':>16} {'loop tf32 upd/s':>16} {'batched fp32':>13} {'batched tf32':>13}")
     for r in rows:
         f, t = r["fp32"], r["tf32"]
         print(f"{r['P']:3d} {r['bytes_per_agent'] / 2**20:9.0f} {f['ms_per_launch']:15.4f} {f['agent_updates_per_s']:11,.0f} "
               f"{f['agent_updates_per_s'] * torch_ms / 1e3:8.2f} {t['ms_per_launch']:15.4f} "
               f"{t['agent_updates_per_s']:11,.0f} {t['agent_updates_per_s'] * torch_ms / 1e3:8.2f} "
               f"{f['graph_nodes']:6d} {r['setup_s']:8.1f} {f['loop_agent_updates_per_s']:16,.0f} "
-              f"{t['loop_agent_updates_per_s']:16,.0f}")
+              f"{t['loop_agent_updates_per_s']:16,.0f} {f.get('batched_agent_updates_per_s', 0):13,.0f} "
+              f"{t.get('batched_agent_updates_per_s', 0):13,.0f}")
     if args.json:
         json.dump({"rows": rows, "torch_graph_ms": torch_ms, "torch": torch_rows[0][0]}, open(args.json, "w"), indent=1)
     return 0

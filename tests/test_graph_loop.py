@@ -163,3 +163,103 @@ def test_cublas_in_a_loop_body_matches_repeated_gemms(rng, device):
         ref.copy_to_device(y, stream=device.stream)
     device.synchronize()
     assert np.array_equal(x.copy_to_host(), ref.copy_to_host())
+
+
+def test_lockstep_meets_every_loop_at_every_yield_in_order():
+    """run_lockstep advances each generator to its next yield, then meets them, in loop order; a
+    generator that stops early is an error, not a silent skip."""
+    from workbench.device import run_lockstep
+
+    log = []
+
+    def steps(name, n):
+        for k in range(n):
+            log.append(f"{name}{k}")
+            yield (name, k)
+        log.append(f"{name}-end")
+
+    run_lockstep([steps("a", 2), steps("b", 2)], lambda vals: log.append(tuple(vals)))
+    assert log == ["a0", "b0", (("a", 0), ("b", 0)), "a1", "b1", (("a", 1), ("b", 1)), "a-end", "b-end"]
+    with pytest.raises(ValueError, match="equally often"):
+        run_lockstep([steps("a", 1), steps("b", 2)], lambda vals: None)
+
+
+def test_a_group_written_as_steps_runs_in_lockstep_with_its_meeting(device):
+    """Loops of one count, all written as steps, given a meet: each pass meets once per yield, the
+    passes counted as usual; without a meet (or with one loop) the bodies run as they are."""
+    _warm(device)
+    met = []
+    c = [_counter(), _counter()]
+
+    def steps(i):
+        def gen(st):
+            optim.step_increment_kernel[1, 1, st](c[i])
+            yield i
+            optim.step_increment_kernel[1, 1, st](c[i])
+        return gen
+
+    class Meet(list):
+        def __call__(self, vals):
+            met.append(tuple(vals))
+
+        def plan(self, vals):
+            self.append(tuple(vals))
+
+        def prepare(self):
+            pass
+
+    meet = Meet()
+    loops = [Loop(device, lambda st: None, 3, steps=steps(i)) for i in range(2)]
+    g = device.capture_loops(loops, meet=meet)
+    g.launch()
+    device.synchronize()
+    assert [x.copy_to_host()[0] for x in c] == [6, 6]  # three passes of two increments each
+    if SIMULATOR:
+        assert met == [(0, 1)] * 3  # every pass meets, at launch
+    else:
+        assert met == [(0, 1)] and meet == [(0, 1)]  # captured once (planned once): the graph repeats it
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(SIMULATOR, reason="cuBLAS batched GEMMs need a GPU")
+def test_batched_gemm_meeting_matches_each_agents_gemm(rng, device):
+    """Three lanes' x <- relu(x @ W) chains (their own W), 4 passes in one launch, meeting at each GEMM:
+    one cublasSgemmBatched per meeting, against each lane's chain of single GEMMs (fp32: the same
+    products; the batched kernels may add in another order, so within 1e-5)."""
+    from cuda_kernels import dense
+    from workbench.agent.gemm import GemmMeeting
+    from workbench.agent.network import Gemm
+    from workbench.cublas import Cublas
+
+    n, rows, P = 64, 32, 3
+    lanes = [device.lane() for _ in range(P)]
+    blas = [Cublas(lane) for lane in lanes]
+    W = [(rng.normal(size=(n, n)) / np.sqrt(n)).astype(np.float32) for _ in range(P)]
+    x0 = [rng.normal(size=(rows, n)).astype(np.float32) for _ in range(P)]
+    dW = [cuda.to_device(w) for w in W]
+    x = [cuda.to_device(v) for v in x0]
+    y = [cuda.device_array((rows, n), np.float32) for _ in range(P)]
+    grid = dense.bias_act_launch(rows, n, False)
+    zero_bias = cuda.to_device(np.zeros(n, np.float32))
+
+    def steps(i):
+        def gen(st):
+            yield Gemm(x[i], dW[i], y[i], 0, 0, blas[i])
+            dense.bias_act_kernel[grid[0], grid[1], st](y[i], zero_bias, rows, n, dense.ACT_RELU)
+            x[i].copy_to_device(y[i], stream=st)
+        return gen
+
+    for lane in lanes:  # load the kernel before the capture
+        dense.bias_act_kernel[grid[0], grid[1], lane.stream](y[0], zero_bias, rows, n, dense.ACT_RELU)
+    device.synchronize()
+    meet = GemmMeeting(device, Cublas(device))
+    g = device.capture_loops([Loop(lane, lambda st: None, 4, steps=steps(i)) for i, lane in enumerate(lanes)],
+                             meet=meet)
+    assert len(meet.arrays) == 1  # one meeting per pass, planned once
+    g.launch()
+    device.synchronize()
+    for i in range(P):
+        ref = x0[i].astype(np.float64)
+        for _ in range(4):
+            ref = np.maximum(ref @ W[i], 0)
+        np.testing.assert_allclose(x[i].copy_to_host(), ref, rtol=1e-4, atol=1e-5)

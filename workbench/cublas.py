@@ -44,6 +44,11 @@ class Cublas:
                                             ctypes.c_int, ctypes.POINTER(ctypes.c_float), ctypes.c_void_p, ctypes.c_int,
                                             ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(ctypes.c_float),
                                             ctypes.c_void_p, ctypes.c_int]
+        self.lib.cublasSgemmBatched.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                                                ctypes.c_int, ctypes.POINTER(ctypes.c_float), ctypes.c_void_p,
+                                                ctypes.c_int, ctypes.c_void_p, ctypes.c_int,
+                                                ctypes.POINTER(ctypes.c_float), ctypes.c_void_p, ctypes.c_int,
+                                                ctypes.c_int]
 
     @staticmethod
     def _check(status: int, call: str) -> None:
@@ -67,6 +72,20 @@ class Cublas:
                                             N, M, K, ctypes.byref(a), ctypes.c_void_p(device_pointer(B)), ldb,
                                             ctypes.c_void_p(device_pointer(A)), lda, ctypes.byref(b),
                                             ctypes.c_void_p(device_pointer(C)), N), "cublasSgemm_v2")
+
+    def gemm_batched(self, ptrs, M: int, N: int, K: int, trans_a: int, trans_b: int, count: int) -> None:
+        """``count`` row-major GEMMs of one shape, ``C_i[M, N] = op(A_i) @ op(B_i)``, as one
+        ``cublasSgemmBatched`` (the handle's math mode applies, as for :meth:`gemm`); ``ptrs`` is a uint64
+        device array ``[3, count]`` of the A, B and C device addresses (read by the GPU when it runs)."""
+        lda = M if trans_a else K
+        ldb = K if trans_b else N
+        a, b = ctypes.c_float(1.0), ctypes.c_float(0.0)
+        base = device_pointer(ptrs)
+        row = 8 * ptrs.shape[1]
+        self._check(self.lib.cublasSgemmBatched(self.handle, OP_T if trans_b else OP_N, OP_T if trans_a else OP_N,
+                                                N, M, K, ctypes.byref(a), ctypes.c_void_p(base + row), ldb,
+                                                ctypes.c_void_p(base), lda, ctypes.byref(b),
+                                                ctypes.c_void_p(base + 2 * row), N, count), "cublasSgemmBatched")
 
     def __del__(self):
         try:

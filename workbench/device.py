@@ -118,7 +118,10 @@ class EagerGraph:
 
 class Loop(NamedTuple):
     """One branch of a loop graph (:meth:`Device.capture_loops`): on ``lane``, ``head(stream)`` once,
-    ``body(stream)`` ``count`` times (or until ``guard[0]`` is non-zero after a pass), ``tail(stream)`` once."""
+    ``body(stream)`` ``count`` times (or until ``guard[0]`` is non-zero after a pass), ``tail(stream)`` once.
+    ``steps``, where given, is the body written as steps: a generator ``steps(stream)`` that enqueues
+    the same pass and yields a value wherever it needs something done for it (a GEMM); a group of
+    loops given a ``meet`` runs their steps in lockstep (:func:`run_lockstep`)."""
 
     lane: "Device"
     body: Callable
@@ -126,6 +129,29 @@ class Loop(NamedTuple):
     guard: object = None
     head: Callable | None = None
     tail: Callable | None = None
+    steps: Callable | None = None
+
+
+_DONE = object()
+
+
+def run_lockstep(gens, meet, between=None) -> None:
+    """Advance the generators ``gens`` together: each up to its next yield (enqueuing its own work), then
+    ``meet(the values they yielded)``, until all are exhausted; ``between(before_meet)`` is called just
+    before (True) and after (False) each meeting (the joins and forks of a capture). Every generator
+    must yield equally often."""
+    while True:
+        vals = [next(g, _DONE) for g in gens]
+        done = [v is _DONE for v in vals]
+        if all(done):
+            return
+        if any(done):
+            raise ValueError("the loops of a lockstep group must meet equally often")
+        if between:
+            between(True)
+        meet(vals)
+        if between:
+            between(False)
 
 
 def loop_groups(loops) -> list[tuple[int, list[int]]]:
@@ -146,8 +172,8 @@ class EagerLoop:
 
     n_nodes = 0
 
-    def __init__(self, loops):
-        self.loops, self.counts = list(loops), [lp.count for lp in loops]
+    def __init__(self, loops, meet=None):
+        self.loops, self.counts, self.meet = list(loops), [lp.count for lp in loops], meet
 
     def launch(self) -> None:
         from cuda_kernels.graph_loop import loop_next_ref
@@ -160,12 +186,20 @@ class EagerLoop:
             guard = group[0].guard if len(group) == 1 else None
             done, more = 0, True
             while more:
-                for lp in group:
-                    lp.body(lp.lane.stream)
+                if _lockstep(group, self.meet):
+                    run_lockstep([lp.steps(lp.lane.stream) for lp in group], self.meet)
+                else:
+                    for lp in group:
+                        lp.body(lp.lane.stream)
                 done, more = loop_next_ref(done, count, 0 if guard is None else int(guard.copy_to_host()[0]))
             for lp in group:
                 if lp.tail is not None:
                     lp.tail(lp.lane.stream)
+
+
+def _lockstep(group, meet) -> bool:
+    """Whether a group's passes run in lockstep: several loops, all written as steps, and a meeting."""
+    return meet is not None and len(group) > 1 and all(lp.steps is not None for lp in group)
 
 
 _LOOP_FUNCTIONS: dict = {}
@@ -290,7 +324,48 @@ class Device:
             for ev in (fork, *joins):
                 check(drv.cuEventDestroy(ev), "cuEventDestroy")
 
-    def capture_loops(self, loops: "list[Loop]") -> LoopGraph | EagerLoop:
+    @contextmanager
+    def _events(self):
+        """A maker of events for a capture's joins and forks, every event freed on leaving the block."""
+        drv = _drv()
+        made = []
+
+        def new_event():
+            made.append(check(drv.cuEventCreate(drv.CUevent_flags.CU_EVENT_DISABLE_TIMING), "cuEventCreate"))
+            return made[-1]
+
+        try:
+            yield new_event
+        finally:
+            for ev in made:
+                check(drv.cuEventDestroy(ev), "cuEventDestroy")
+
+    def _lockstep_pass(self, group, meet, new_event) -> None:
+        """For use inside a capture of this stream: one pass of every loop of ``group`` in lockstep, each on
+        its lane, forked from this stream; at each meeting the lanes join this stream, ``meet`` enqueues
+        on it, and the lanes fork again; joined back at the end."""
+        drv = _drv()
+        lanes = [lp.lane for lp in group]
+
+        def link(src, dsts) -> None:
+            ev = new_event()
+            check(drv.cuEventRecord(ev, src.raw_stream), "cuEventRecord")
+            for d in dsts:
+                check(drv.cuStreamWaitEvent(d.raw_stream, ev, 0), "cuStreamWaitEvent")
+
+        def between(before_meet: bool) -> None:
+            if before_meet:
+                for lane in lanes:
+                    link(lane, [self])
+            else:
+                link(self, lanes)
+
+        link(self, lanes)
+        run_lockstep([lp.steps(lp.lane.stream) for lp in group], meet, between)
+        for lane in lanes:
+            link(lane, [self])
+
+    def capture_loops(self, loops: "list[Loop]", meet=None) -> LoopGraph | EagerLoop:
         """One graph that runs every :class:`Loop` on its lane: its ``head`` once, its ``body`` ``count``
         times, then its ``tail`` once. Loops of one count share a conditional WHILE node whose body
         forks every loop's pass onto its lane and joins them (:func:`loop_groups`), so the GPU runs the
@@ -298,12 +373,18 @@ class Device:
         in its group also ends early when its ``guard`` (an int32 device array) is non-zero after a
         pass. One :meth:`LoopGraph.launch` runs a phase: no host loop of launches. Each loop's body
         is captured on its own lane (the stream its cuBLAS handle is bound to); the WHILE body ends
-        with the condition kernel (:mod:`cuda_kernels.graph_loop`)."""
+        with the condition kernel (:mod:`cuda_kernels.graph_loop`).
+
+        With ``meet``, a group of several loops that are all written as steps (:attr:`Loop.steps`) runs its
+        passes in lockstep: wherever the loops yield, their lanes join this stream, ``meet(values)``
+        enqueues on it (a population's batched GEMM over its agents' same GEMM), and the lanes fork
+        again. ``meet.plan(values)`` is shown every meeting first, in a capture that is thrown away, and
+        ``meet.prepare()`` then allocates what the meetings need, before the real capture."""
         loops = list(loops)
         if not loops or min(lp.count for lp in loops) < 1:
             raise ValueError("capture_loops needs at least one loop, each of count >= 1")
         if self.simulator:
-            return EagerLoop(loops)
+            return EagerLoop(loops, meet)
         import ctypes
 
         drv = _drv()
@@ -320,6 +401,15 @@ class Device:
             check(drv.cuGraphDestroy(sub), "cuGraphDestroy")  # the child node holds its own copy
             return node
 
+        lockstep = {g for g, (_count, members) in enumerate(groups) if _lockstep([loops[i] for i in members], meet)}
+        for g in sorted(lockstep):  # the planning capture: the meetings' arguments, nothing kept
+            with self._events() as new_event:
+                sub = self._captured(lambda m=groups[g][1], e=new_event: self._lockstep_pass([loops[i] for i in m],
+                                                                                             meet.plan, e),
+                                     instantiate=False)
+            check(drv.cuGraphDestroy(sub), "cuGraphDestroy")
+        if lockstep:
+            meet.prepare()
         try:
             for g, (count, members) in enumerate(groups):
                 group = [loops[i] for i in members]
@@ -345,6 +435,10 @@ class Device:
                 body_graph = params.conditional.phGraph_out[0]
                 if len(group) == 1:
                     owner._captured(lambda lp=group[0], c=condition: (lp.body(lp.lane.stream), c()), into=body_graph)
+                elif g in lockstep:
+                    with self._events() as new_event:
+                        owner._captured(lambda grp=group, c=condition, e=new_event: (self._lockstep_pass(grp, meet, e),
+                                                                                     c()), into=body_graph)
                 else:  # the events live until the capture has ended
                     with self._fork_join([lp.lane for lp in group], [lp.body for lp in group]) as branches:
                         owner._captured(lambda b=branches, c=condition: (b(), c()), into=body_graph)

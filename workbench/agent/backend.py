@@ -34,6 +34,10 @@ class Backend:
         if overrides is None:
             return self.profile
         changes = {k: v for k, v in dataclasses.asdict(overrides).items() if v}
+        if "batched_gemm" in changes:
+            if changes["batched_gemm"] not in ("on", "off"):
+                raise ConfigError(f"gpu.batched_gemm must be 'on' or 'off', got {changes['batched_gemm']!r}")
+            changes["batched_gemm"] = changes["batched_gemm"] == "on"
         return dataclasses.replace(self.profile, **changes) if changes else self.profile
 
     def trainer(self, cfg, spec, capital: float, seed: int, overrides=None):

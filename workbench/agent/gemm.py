@@ -3,9 +3,11 @@ float32 device arrays, enqueued on the device's stream (capturable). cuBLAS wher
 register-tiled Numba kernel otherwise (and always in the simulator)."""
 from __future__ import annotations
 
+import numpy as np
+
 from cuda_kernels import dense
 
-from ..device import Device
+from ..device import Device, device_pointer
 
 
 class NumbaGemm:
@@ -33,3 +35,58 @@ def make_gemm(device: Device, prefer: str = "cublas", math: str = "fp32"):
         except CublasUnavailable:
             pass
     return NumbaGemm(device)
+
+
+class GemmMeeting:
+    """Where a population's agents meet at each GEMM of a pass (``meet`` of
+    :meth:`~workbench.device.Device.capture_loops`): their same GEMM (one shape, one pair of transposes,
+    each agent its own matrices) as one batched cuBLAS GEMM on the population's stream, so the GPU runs
+    P GEMMs as one larger launch instead of P small ones side by side (`bench/gemm_probe.py`: 2x with
+    TF32 at 16 agents). Where ``gemm`` cannot batch (the Numba GEMM, and in the simulator) the meeting
+    runs each agent's GEMM on the agent's own backend, where its pass stands: what the agent runs alone.
+
+    The batched GEMM reads its matrices' addresses from device memory: :meth:`plan` sees every meeting
+    first (in a capture that is thrown away), :meth:`prepare` uploads one ``[3, P]`` address array per
+    meeting, and each call then takes the next one, checking that the addresses are those planned."""
+
+    def __init__(self, device: Device, gemm):
+        self.device, self.gemm = device, gemm
+        self.batched = hasattr(gemm, "gemm_batched")
+        self.planned: list[np.ndarray] = []
+        self.arrays: list = []
+        self.cursor = 0
+
+    @staticmethod
+    def _shape(call) -> tuple[int, int, int, int, int]:
+        M, N = call.C.shape
+        K = call.A.shape[0] if call.trans_a else call.A.shape[1]
+        return M, N, K, int(call.trans_a), int(call.trans_b)
+
+    def _addresses(self, calls) -> np.ndarray:
+        shapes = {self._shape(c) for c in calls}
+        if len(shapes) != 1:
+            raise ValueError(f"agents met at GEMMs of different shapes: {sorted(shapes)}")
+        return np.array([[device_pointer(getattr(c, m)) for c in calls] for m in "ABC"], np.uint64)
+
+    def plan(self, calls) -> None:
+        if self.batched:
+            self.planned.append(self._addresses(calls))
+
+    def prepare(self) -> None:
+        from cuda_kernels.nb import cuda
+
+        self.arrays = [cuda.to_device(a, stream=self.device.stream) for a in self.planned]
+        self.cursor = 0
+        self.device.synchronize()
+
+    def __call__(self, calls) -> None:
+        if not self.batched:
+            for c in calls:
+                c.run()
+            return
+        i = self.cursor
+        self.cursor += 1
+        if i >= len(self.arrays) or not np.array_equal(self.planned[i], self._addresses(calls)):
+            raise RuntimeError(f"GEMM meeting {i} differs from its plan (the capture did not repeat the planning pass)")
+        M, N, K, ta, tb = self._shape(calls[0])
+        self.gemm.gemm_batched(self.arrays[i], M, N, K, ta, tb, len(calls))

@@ -21,6 +21,7 @@ activations (nothing allocates after construction, so it can be captured into a 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 import numpy as np
 
@@ -163,23 +164,31 @@ class DeviceNetwork:
 
     def forward(self, params_flat, x) -> None:
         """x: float32 [rows, obs_dim]; fills h1, h2, head (before its bias), logp, q."""
+        run_steps(self.forward_steps(params_flat, x))
+
+    def backward(self, params_flat, grads_flat, x, dhead) -> None:
+        """dhead: float32 [rows, head_cols] (overwritten; its padding columns zero); writes every gradient
+        into grads_flat."""
+        run_steps(self.backward_steps(params_flat, grads_flat, x, dhead))
+
+    # the passes as steps: kernels enqueued on the device's stream, each GEMM yielded to whoever drives
+    # them (run_steps: the network's GEMM; a population: one batched GEMM over its agents' same GEMM)
+    def forward_steps(self, params_flat, x):
         p = views(params_flat, self.shape)
         st, sh = self.device.stream, self.shape
         sim = self.device.simulator
         gh, th = dense.bias_act_launch(self.rows, sh.hidden, sim)
-        self.gemm.gemm(x, p["W1"], self.h1)
+        yield Gemm(x, p["W1"], self.h1, 0, 0, self.gemm)
         dense.bias_act_kernel[gh, th, st](self.h1, p["b1"], self.rows, sh.hidden, dense.ACT_RELU)
-        self.gemm.gemm(self.h1, p["W2"], self.h2)
+        yield Gemm(self.h1, p["W2"], self.h2, 0, 0, self.gemm)
         dense.bias_act_kernel[gh, th, st](self.h2, p["b2"], self.rows, sh.hidden, dense.ACT_RELU)
-        self.gemm.gemm(self.h2, p["W3"], self.head)  # its bias is added by the dueling head as it reads
+        yield Gemm(self.h2, p["W3"], self.head, 0, 0, self.gemm)  # its bias is added by the dueling head as it reads
         nb = len(sh.branch_sizes)
         grid, block = c51.head_launch(self.rows, sh.atoms, nb)
         c51.dueling_head_kernel[grid, block, st](self.head, p["b3"], self.rows, nb, self.bsz, self.boff, sh.atoms,
                                                 max(sh.branch_sizes), self.support, self.logp, self.q)
 
-    def backward(self, params_flat, grads_flat, x, dhead) -> None:
-        """dhead: float32 [rows, head_cols] (overwritten; its padding columns zero); writes every gradient
-        into grads_flat."""
+    def backward_steps(self, params_flat, grads_flat, x, dhead):
         p, g = views(params_flat, self.shape), views(grads_flat, self.shape)
         st, sh = self.device.stream, self.shape
         sim = self.device.simulator
@@ -187,10 +196,33 @@ class DeviceNetwork:
         gh, bh = dense.bias_backward_launch(sh.hidden, sim)
         dense.bias_act_backward_kernel[gw, bw, st](dhead, self.head, g["b3"], self.rows, sh.head_width,
                                                   dense.ACT_IDENTITY)
-        self.gemm.gemm(self.h2, dhead, g["W3"], 1, 0)
-        self.gemm.gemm(dhead, p["W3"], self.d2, 0, 1)
+        yield Gemm(self.h2, dhead, g["W3"], 1, 0, self.gemm)
+        yield Gemm(dhead, p["W3"], self.d2, 0, 1, self.gemm)
         dense.bias_act_backward_kernel[gh, bh, st](self.d2, self.h2, g["b2"], self.rows, sh.hidden, dense.ACT_RELU)
-        self.gemm.gemm(self.h1, self.d2, g["W2"], 1, 0)
-        self.gemm.gemm(self.d2, p["W2"], self.d1, 0, 1)
+        yield Gemm(self.h1, self.d2, g["W2"], 1, 0, self.gemm)
+        yield Gemm(self.d2, p["W2"], self.d1, 0, 1, self.gemm)
         dense.bias_act_backward_kernel[gh, bh, st](self.d1, self.h1, g["b1"], self.rows, sh.hidden, dense.ACT_RELU)
-        self.gemm.gemm(x, self.d1, g["W1"], 1, 0)
+        yield Gemm(x, self.d1, g["W1"], 1, 0, self.gemm)
+
+
+class Gemm(NamedTuple):
+    """One GEMM of a pass written as steps: row-major ``C = op(A) @ op(B)`` (the GEMM contract of
+    :mod:`workbench.agent.gemm`, alpha 1, beta 0) and ``by``, the GEMM backend of the network that
+    yields it (bound to its stream)."""
+
+    A: object
+    B: object
+    C: object
+    trans_a: int
+    trans_b: int
+    by: object
+
+    def run(self) -> None:
+        """On the network's own GEMM backend, where the pass stands."""
+        self.by.gemm(self.A, self.B, self.C, self.trans_a, self.trans_b)
+
+
+def run_steps(steps) -> None:
+    """Drive a pass written as steps alone: each GEMM it yields runs on its network's GEMM backend."""
+    for g in steps:
+        g.run()

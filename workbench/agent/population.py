@@ -8,8 +8,12 @@ at the reference shape leaves most of the H200 idle): the experience steps and t
 loops (:meth:`Device.capture_loops`: agents with the same number of passes share one WHILE node whose
 body forks their passes onto their lanes), validation as branches forked from and joined back into
 the population's stream (:meth:`Device.capture_lanes`).
-Kernels and buffers are the single agent's, unchanged, so an agent of a population computes exactly
-what it computes alone. The epoch's statistics of every agent come back in one readback (one host
+Kernels and buffers are the single agent's, unchanged. The update's GEMMs are the exception by default
+(``gpu.batched_gemm``): agents whose update loops share a WHILE node run their passes in lockstep and
+meet at each GEMM, which runs for all of them as one batched cuBLAS GEMM
+(:class:`~workbench.agent.gemm.GemmMeeting`): the same products, added in cuBLAS's batched kernels'
+order, so an agent's results differ from its results alone by rounding (bit for bit the same with
+``gpu.batched_gemm = "off"``, and with the Numba GEMM, as in the simulator). The epoch's statistics of every agent come back in one readback (one host
 sync per epoch for the whole population); guard restore, epoch selection and logs are per agent
 (:func:`workbench.agent.loop.run_agents`).
 
@@ -26,6 +30,7 @@ import numpy as np
 
 from ..device import Device, Readback
 from ..errors import ConfigError
+from .gemm import GemmMeeting, make_gemm
 from .loop import EpochStats, run_agents
 from .network import DeviceNetwork
 from .records import FoldTrainResult
@@ -51,6 +56,17 @@ class GpuPopulation:
         self.lanes = [t.device for t in trainers]
         self.epochs = [t.cfg.epochs for t in trainers]
         self.joint: dict[tuple, object] = {}
+        self.gemm = None  # the population stream's GEMM for the agents' meetings, made on first use
+
+    def _meeting(self, ts) -> GemmMeeting | None:
+        """The update loops' GEMM meeting (:class:`~workbench.agent.gemm.GemmMeeting`), unless the profile
+        turns it off or the agents' GEMMs differ (cuBLAS math modes, or a Numba GEMM beside cuBLAS)."""
+        prof = ts[0].profile
+        if not prof.batched_gemm or len({getattr(t.gemm, "name", "") for t in ts}) != 1:
+            return None
+        if self.gemm is None:
+            self.gemm = make_gemm(self.device, prof.gemm, prof.math)
+        return GemmMeeting(self.device, self.gemm)
 
     def _learners(self, epoch: int, active) -> tuple[int, ...]:
         """The agents of ``active`` that train in ``epoch`` (their replay holds ``learning_starts``)."""
@@ -65,7 +81,8 @@ class GpuPopulation:
             if phase == "validate":
                 self.joint[key] = self.device.capture_lanes([t.device for t in ts], [t._validate for t in ts])
             else:
-                self.joint[key] = self.device.capture_loops([getattr(t, f"{phase}_loop")() for t in ts])
+                meet = self._meeting(ts) if phase == "update" else None
+                self.joint[key] = self.device.capture_loops([getattr(t, f"{phase}_loop")() for t in ts], meet=meet)
         return self.joint[key]
 
     # ---------------------------------------------------------------- the phases run_agents drives

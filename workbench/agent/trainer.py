@@ -48,7 +48,7 @@ from ..gpu_profile import GpuProfile
 from ..markets import MarketSpec
 from .device_state import DeviceState, alloc_state
 from .loop import EpochStats, run_fold
-from .network import relayout
+from .network import relayout, run_steps
 from .records import EpochLog, FoldTrainResult, philox_keys  # noqa: F401 (re-exported)
 from .train_config import TrainConfig
 from .window import MAX_POS, N_POS, Window
@@ -154,8 +154,13 @@ class DeviceTrainer:
 
     def enqueue_update(self, st) -> None:
         """One training step: the three parts in order (what the ``update`` graph holds)."""
+        run_steps(self.update_steps(st))
+
+    def update_steps(self, st):
+        """One training step as steps (:func:`~workbench.agent.network.run_steps`): its kernels enqueued,
+        each GEMM yielded, so a population can run its agents' same GEMM as one batched GEMM."""
         self._update_sample(st)
-        self._update_learn(st)
+        yield from self._learn_steps(st)
         self._update_finish(st)
 
     def _update_sample(self, st) -> None:
@@ -175,21 +180,27 @@ class DeviceTrainer:
 
     def _update_learn(self, st) -> None:
         """Part 2 (update): forwards, C51 loss, backward, grad norm."""
+        run_steps(self._learn_steps(st))
+
+    def _learn_steps(self, st):
         S = self.state
         b, lr, nets = S.batch, S.learner, S.nets
-        nets.s.forward(lr.params, b.obs)
-        nets.s2.forward(lr.params, b.obs_next)
-        nets.t2.forward(lr.target, b.obs_next)
-        self._update_learn_tail(st)
+        yield from nets.s.forward_steps(lr.params, b.obs)
+        yield from nets.s2.forward_steps(lr.params, b.obs_next)
+        yield from nets.t2.forward_steps(lr.target, b.obs_next)
+        yield from self._learn_tail_steps(st)
 
     def _update_learn_tail(self, st) -> None:
         """Part 2 after the forwards: C51 loss, backward, grad norm."""
+        run_steps(self._learn_tail_steps(st))
+
+    def _learn_tail_steps(self, st):
         S, cfg = self.state, self.cfg
         b, lr, nets, sh = S.batch, S.learner, S.nets, S.shape
         K_c51.c51_loss_kernel[K_c51.loss_launch(b.size, sh.atoms) + (st,)](
             nets.s.logp, nets.s2.q, nets.t2.logp, b.actions, b.ret, b.terminal, cfg.gamma ** cfg.n_step, cfg.v_min,
             cfg.v_max, sh.atoms, b.isw, 3, lr.branch_sizes, lr.branch_offsets, 1.0 / b.size, b.dhead, b.loss, b.size)
-        nets.s.backward(lr.params, lr.grads, b.obs, b.dhead)
+        yield from nets.s.backward_steps(lr.params, lr.grads, b.obs, b.dhead)
         K_opt.sumsq_partial_kernel[lr.norm_blocks, self.red, st](lr.grads, sh.n_params, lr.partials)
         K_opt.grad_norm_finalize_kernel[1, self.red, st](lr.partials, lr.norm_blocks, cfg.grad_clip, lr.clip)
 
@@ -273,7 +284,8 @@ class DeviceTrainer:
 
     def update_loop(self) -> Loop:
         """The training phase: ``max_steps_per_epoch`` updates, ending early when the guard trips."""
-        return Loop(self.device, self.enqueue_update, self.cfg.max_steps_per_epoch, guard=self.state.learner.guard)
+        return Loop(self.device, self.enqueue_update, self.cfg.max_steps_per_epoch, guard=self.state.learner.guard,
+                    steps=self.update_steps)
 
     def train_fold(self, w: Window, on_epoch=None, test: bool = True) -> FoldTrainResult:
         """Train on the fold (the shared epoch loop, :func:`workbench.agent.loop.run_fold`); ``test=False``
