@@ -22,6 +22,7 @@ PROF = GpuProfile(hidden=8, atoms=2, batch=4, n_envs=2)
 # comparison turns them off there (tests/test_trainer_gpu.py checks the batched run); in the simulator
 # the agents still meet at every GEMM in lockstep, each running its own GEMM
 EXACT = PROF if SIMULATOR else replace(PROF, batched_gemm=False)
+EXACT_RUN = [] if SIMULATOR else ['gpu.batched_gemm="off"']
 FOLDS = [dict(train_start=300, train_stop=600, val_start=610, val_stop=614, test_start=630, test_stop=634),
          dict(train_start=500, train_stop=800, val_start=810, val_stop=814, test_start=830, test_stop=834)]
 
@@ -101,7 +102,7 @@ def _tiny_gpu_run(monkeypatch, module, max_folds: int):
                               "training.n_step=1", "training.learning_starts=0", "training.episode_len=20",
                               "training.replay_capacity=1024", "splits.train=400", "splits.val=4", "splits.test=4",
                               f"splits.max_folds={max_folds}", "gpu.hidden=8", "gpu.atoms=2", "gpu.batch=4",
-                              "gpu.n_envs=2", 'device="gpu"'])
+                              "gpu.n_envs=2", 'device="gpu"', *EXACT_RUN])
 
 
 @pytest.mark.slow

@@ -97,7 +97,7 @@ class LoopGraph(Graph):
 
     def __init__(self, device: "Device", graph, exec_graph, n_nodes: int, counts: list[int], keep: list):
         super().__init__(device, graph, exec_graph, n_nodes)
-        self.counts, self._keep = counts, keep  # the loop counters and guards the graph's nodes point at
+        self.counts, self._keep = counts, keep  # what the graph's nodes point at: loop counters, guards, meetings
 
     def launch(self) -> None:
         self.replay(1)
@@ -138,8 +138,10 @@ _DONE = object()
 def run_lockstep(gens, meet, between=None) -> None:
     """Advance the generators ``gens`` together: each up to its next yield (enqueuing its own work), then
     ``meet(the values they yielded)``, until all are exhausted; ``between(before_meet)`` is called just
-    before (True) and after (False) each meeting (the joins and forks of a capture). Every generator
+    before (True) and after (False) each meeting that ``meet.joins(values)`` says needs the loops joined
+    (the joins and forks of a capture; every meeting where ``meet`` has no ``joins``). Every generator
     must yield equally often."""
+    joins = getattr(meet, "joins", lambda vals: True)
     while True:
         vals = [next(g, _DONE) for g in gens]
         done = [v is _DONE for v in vals]
@@ -147,10 +149,11 @@ def run_lockstep(gens, meet, between=None) -> None:
             return
         if any(done):
             raise ValueError("the loops of a lockstep group must meet equally often")
-        if between:
+        join = between is not None and joins(vals)
+        if join:
             between(True)
         meet(vals)
-        if between:
+        if join:
             between(False)
 
 
@@ -451,7 +454,7 @@ class Device:
             raise
         _, n_nodes = check(drv.cuGraphGetNodes(graph, 0), "cuGraphGetNodes")
         return LoopGraph(self, graph, exec_graph, int(n_nodes), [lp.count for lp in loops],
-                         [counters, never, [lp.guard for lp in loops]])
+                         [counters, never, [lp.guard for lp in loops], meet])  # meet: its address arrays
 
     def capture(self, fn) -> Graph | EagerGraph:
         """Capture what ``fn(stream)`` enqueues into an instantiated graph."""

@@ -42,16 +42,18 @@ class GemmMeeting:
     :meth:`~workbench.device.Device.capture_loops`): their same GEMM (one shape, one pair of transposes,
     each agent its own matrices) as one batched cuBLAS GEMM on the population's stream, so the GPU runs
     P GEMMs as one larger launch instead of P small ones side by side (`bench/gemm_probe.py`: 2x with
-    TF32 at 16 agents). Where ``gemm`` cannot batch (the Numba GEMM, and in the simulator) the meeting
-    runs each agent's GEMM on the agent's own backend, where its pass stands: what the agent runs alone.
+    TF32 at 16 agents). A meeting joins every agent's lane to the population's stream and forks them
+    again, so only GEMMs whose every side is at least ``min_dim`` are batched; the others, and every
+    GEMM where ``gemm`` cannot batch (the Numba GEMM, the simulator), run on each agent's own backend
+    where its pass stands, unjoined: what the agent runs alone.
 
     The batched GEMM reads its matrices' addresses from device memory: :meth:`plan` sees every meeting
     first (in a capture that is thrown away), :meth:`prepare` uploads one ``[3, P]`` address array per
-    meeting, and each call then takes the next one, checking that the addresses are those planned."""
+    batched meeting, and each call then takes the next one, checking that the addresses are those planned."""
 
-    def __init__(self, device: Device, gemm):
-        self.device, self.gemm = device, gemm
-        self.batched = hasattr(gemm, "gemm_batched")
+    def __init__(self, device: Device, gemm, min_dim: int = 0):
+        self.device, self.gemm, self.min_dim = device, gemm, min_dim
+        self.can_batch = hasattr(gemm, "gemm_batched")
         self.planned: list[np.ndarray] = []
         self.arrays: list = []
         self.cursor = 0
@@ -62,6 +64,10 @@ class GemmMeeting:
         K = call.A.shape[0] if call.trans_a else call.A.shape[1]
         return M, N, K, int(call.trans_a), int(call.trans_b)
 
+    def joins(self, calls) -> bool:
+        """Whether this meeting batches (and so joins the agents): cuBLAS, and every side >= ``min_dim``."""
+        return self.can_batch and min(self._shape(calls[0])[:3]) >= self.min_dim
+
     def _addresses(self, calls) -> np.ndarray:
         shapes = {self._shape(c) for c in calls}
         if len(shapes) != 1:
@@ -69,7 +75,7 @@ class GemmMeeting:
         return np.array([[device_pointer(getattr(c, m)) for c in calls] for m in "ABC"], np.uint64)
 
     def plan(self, calls) -> None:
-        if self.batched:
+        if self.joins(calls):
             self.planned.append(self._addresses(calls))
 
     def prepare(self) -> None:
@@ -80,7 +86,7 @@ class GemmMeeting:
         self.device.synchronize()
 
     def __call__(self, calls) -> None:
-        if not self.batched:
+        if not self.joins(calls):
             for c in calls:
                 c.run()
             return
