@@ -88,8 +88,8 @@ class GpuOverrides:
     population: int = _f(0, "agents (folds, seeds, search trials) trained side by side in one graph on the GPU "
                             "(0 = the profile's: as many as "
                             "fit in free device memory; 1 = one at a time)")
-    batched_gemm: str = _f("", "'on' or 'off': a population's agents' same GEMM as one batched GEMM ('' = the "
-                               "profile's; off: every agent bit for bit what it computes alone)")
+    batched_gemm: str = _f("", "'on' or 'off': from 8 agents on, a population's agents' same GEMM as one batched "
+                               "GEMM ('' = the profile's; off: every agent bit for bit what it computes alone)")
 
 
 @dataclass(frozen=True)

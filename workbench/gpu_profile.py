@@ -29,8 +29,9 @@ class GpuProfile:
     math: str = _f("fp32", "'fp32' or 'tf32'")
     population: int = _f(0, "agents trained side by side in one graph: 0 = as many as fit in free device memory, "
                             "1 = one at a time")
-    batched_gemm: bool = _f(True, "a population's agents' same GEMM of an update as one batched cuBLAS GEMM (false: "
-                                  "each agent's GEMMs on its own stream, bit for bit what it computes alone)")
+    batched_gemm: bool = _f(True, "from 8 agents on, a population's agents' same GEMM of an update as one batched "
+                                  "cuBLAS GEMM (false: each agent's GEMMs on its own stream, bit for bit what it "
+                                  "computes alone)")
 
 
 def load_profile(name_or_path: str) -> GpuProfile:

@@ -8,12 +8,14 @@ at the reference shape leaves most of the H200 idle): the experience steps and t
 loops (:meth:`Device.capture_loops`: agents with the same number of passes share one WHILE node whose
 body forks their passes onto their lanes), validation as branches forked from and joined back into
 the population's stream (:meth:`Device.capture_lanes`).
-Kernels and buffers are the single agent's, unchanged. The update's GEMMs are the exception by default
-(``gpu.batched_gemm``): agents whose update loops share a WHILE node run their passes in lockstep and
-meet at each GEMM, which runs for all of them as one batched cuBLAS GEMM
-(:class:`~workbench.agent.gemm.GemmMeeting`): the same products, added in cuBLAS's batched kernels'
-order, so an agent's results differ from its results alone by rounding (bit for bit the same with
-``gpu.batched_gemm = "off"``, and with the Numba GEMM, as in the simulator). The epoch's statistics of every agent come back in one readback (one host
+Kernels and buffers are the single agent's, unchanged. The update's GEMMs are the exception from 8
+agents on (``gpu.batched_gemm``, on by default): agents whose update loops share a WHILE node run their
+passes in lockstep and meet at each GEMM, which runs for all of them as one batched cuBLAS GEMM
+(:class:`~workbench.agent.gemm.GemmMeeting`; 1.2x the agent-updates per second at 16 and 32 agents
+with TF32 on the H200): the same products added in the batched kernels' order, so an agent's results
+differ from its results alone by rounding. With fewer agents, with ``gpu.batched_gemm = "off"``, with
+the Numba GEMM (and in the simulator) every agent computes bit for bit what it computes alone. The
+epoch's statistics of every agent come back in one readback (one host
 sync per epoch for the whole population); guard restore, epoch selection and logs are per agent
 (:func:`workbench.agent.loop.run_agents`).
 
