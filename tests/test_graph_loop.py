@@ -252,7 +252,7 @@ def test_batched_gemm_meeting_matches_each_agents_gemm(rng, device):
     for lane in lanes:  # load the kernel before the capture
         dense.bias_act_kernel[grid[0], grid[1], lane.stream](y[0], zero_bias, rows, n, dense.ACT_RELU)
     device.synchronize()
-    meet = GemmMeeting(device, Cublas(device))
+    meet = GemmMeeting(device, Cublas(device), min_agents=2)  # a population batches from 8 agents; here 3
     g = device.capture_loops([Loop(lane, lambda st: None, 4, steps=steps(i)) for i, lane in enumerate(lanes)],
                              meet=meet)
     assert len(meet.arrays) == 1  # one meeting per pass, planned once
