@@ -87,10 +87,9 @@ def _pieces(t) -> dict:
     S = t.state
     b, lr, nets = S.batch, S.learner, S.nets
     return {"sample (scan 1M, PER draw, gathers)": t._update_sample,
-            "forward s (online)": lambda _s: nets.s.forward(lr.params, b.obs),
-            "forward s, its 3 GEMMs only": lambda _s: _gemms(t, lr.params, b.obs),
-            "forward s' (online + target)": lambda _s: (nets.s2.forward(lr.params, b.obs_next),
-                                                        nets.t2.forward(lr.target, b.obs_next)),
+            "forward s and s' (online, stacked)": lambda _s: nets.online.forward(lr.params, b.obs_pair),
+            "forward s and s', its 3 GEMMs only": lambda _s: _gemms(t, lr.params, b.obs_pair),
+            "forward s' (target)": lambda _s: nets.t2.forward(lr.target, b.obs_next),
             "loss + backward + grad norm": lambda s: (t._update_learn_tail(s)),
             "finish (guard, Adam, priorities, EMA)": t._update_finish}
 
@@ -98,7 +97,7 @@ def _pieces(t) -> dict:
 def _gemms(t, params, x) -> None:
     from workbench.agent.network import views
 
-    p, n = views(params, t.state.shape), t.state.nets.s
+    p, n = views(params, t.state.shape), t.state.nets.online
     t.gemm.gemm(x, p["W1"], n.h1)
     t.gemm.gemm(n.h1, p["W2"], n.h2)
     t.gemm.gemm(n.h2, p["W3"], n.head)

@@ -50,3 +50,31 @@ def test_relayout_round_trip_and_init_in_every_layout():
     assert np.array_equal(relayout(q, pad, host), p)  # the same weights in either layout
     assert (views(q, pad)["W3"][:, 30:] == 0).all()
     assert np.array_equal(relayout(relayout(p, host, pad), pad, host), p)
+
+
+def test_a_stacked_forward_equals_its_halves_alone(rng):
+    """The update's online forward runs s over s' as one stack of 2B rows (row_range views give each half):
+    each half equals a forward of those rows alone (bit for bit with the Numba GEMM, which computes every
+    output from its own row; within rounding with cuBLAS, whose kernels depend on the row count)."""
+    shape = NetShape(obs_dim=10, hidden=16, atoms=5, head_align=4)
+    rows = 6
+    params = cuda.to_device(init_params(shape, seed=int(rng.integers(0, 1000))))
+    x = rng.normal(size=(2 * rows, shape.obs_dim)).astype(np.float32)
+    support = np.linspace(-1, 1, shape.atoms).astype(np.float32)
+    device = Device()
+    gemm = make_gemm(device)
+    mk = lambda n: DeviceNetwork(device, gemm, shape, n, cuda.to_device(support),  # noqa: E731
+                                 cuda.to_device(np.array(shape.branch_sizes, np.int32)),
+                                 cuda.to_device(np.array(shape.branch_offsets, np.int32)))
+    both, alone = mk(2 * rows), mk(rows)
+    both.forward(params, cuda.to_device(x))
+    exact = gemm.name == "numba"
+    for half, (a, b) in enumerate(((0, rows), (rows, 2 * rows))):
+        alone.forward(params, cuda.to_device(x[a:b]))
+        view = both.row_range(a, b)
+        assert view.rows == rows and view.nbytes == 0 and view.q.shape == (rows, shape.n_actions)
+        for got, want in ((view.q, alone.q), (view.logp, alone.logp), (view.h2, alone.h2)):
+            if exact:
+                assert np.array_equal(got.copy_to_host(), want.copy_to_host()), f"half {half}"
+            else:
+                np.testing.assert_allclose(got.copy_to_host(), want.copy_to_host(), rtol=1e-4, atol=1e-5)

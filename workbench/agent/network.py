@@ -156,11 +156,25 @@ class DeviceNetwork:
         self.d1 = cuda.device_array((rows, H), np.float32, stream=s)
         self.support, self.bsz, self.boff = support_dev, branch_sizes_dev, branch_offsets_dev
 
+        self.view_of = None
+
     @property
     def nbytes(self) -> int:
-        """Device memory of the activation workspaces."""
+        """Device memory of the activation workspaces (0 for a view: its buffers are another's)."""
+        if self.view_of is not None:
+            return 0
         return sum(int(a.size) * int(a.dtype.itemsize) for a in (self.h1, self.h2, self.head, self.logp, self.q,
                                                                   self.d2, self.d1))
+
+    def row_range(self, a: int, b: int) -> "DeviceNetwork":
+        """This workspace's rows [a, b) as a network of their own (the same buffers): a stacked forward's
+        parts, e.g. the rows whose loss the backward pass differentiates."""
+        v = object.__new__(DeviceNetwork)
+        v.__dict__.update(self.__dict__)
+        v.rows, v.view_of = b - a, self
+        for k in ("h1", "h2", "head", "logp", "q", "d2", "d1"):
+            setattr(v, k, getattr(self, k)[a:b])
+        return v
 
     def forward(self, params_flat, x) -> None:
         """x: float32 [rows, obs_dim]; fills h1, h2, head (before its bias), logp, q."""

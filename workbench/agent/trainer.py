@@ -185,8 +185,7 @@ class DeviceTrainer:
     def _learn_steps(self, st):
         S = self.state
         b, lr, nets = S.batch, S.learner, S.nets
-        yield from nets.s.forward_steps(lr.params, b.obs)
-        yield from nets.s2.forward_steps(lr.params, b.obs_next)
+        yield from nets.online.forward_steps(lr.params, b.obs_pair)  # s and s' in one stacked forward
         yield from nets.t2.forward_steps(lr.target, b.obs_next)
         yield from self._learn_tail_steps(st)
 
