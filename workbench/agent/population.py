@@ -62,9 +62,11 @@ class GpuPopulation:
 
     def _meeting(self, ts) -> GemmMeeting | None:
         """The update loops' GEMM meeting (:class:`~workbench.agent.gemm.GemmMeeting`), unless the profile
-        turns it off or the agents' GEMMs differ (cuBLAS math modes, or a Numba GEMM beside cuBLAS)."""
+        turns it off or the agents' GEMMs differ (cuBLAS math modes, a Numba GEMM beside cuBLAS, network
+        or batch sizes: :func:`train_jobs` groups by size, a population built by hand need not)."""
         prof = ts[0].profile
-        if not prof.batched_gemm or len({getattr(t.gemm, "name", "") for t in ts}) != 1:
+        if not prof.batched_gemm or len({(getattr(t.gemm, "name", ""), t.state.shape, t.state.batch.size)
+                                         for t in ts}) != 1:
             return None
         if self.gemm is None:
             self.gemm = make_gemm(self.device, prof.gemm, prof.math)

@@ -178,11 +178,8 @@ class DeviceTrainer:
         K_ro.gather_obs_kernel[gobs](wd.features, rp.int_store, b.idx, b.size, wd.n_features, N_POS, 1, b.obs_next)
         K_ro.gather_batch_kernel[g](rp.int_store, rp.float_store, b.idx, b.size, b.actions, b.ret, b.terminal)
 
-    def _update_learn(self, st) -> None:
-        """Part 2 (update): forwards, C51 loss, backward, grad norm."""
-        run_steps(self._learn_steps(st))
-
     def _learn_steps(self, st):
+        """Part 2 (update): forwards, C51 loss, backward, grad norm."""
         S = self.state
         b, lr, nets = S.batch, S.learner, S.nets
         yield from nets.online.forward_steps(lr.params, b.obs_pair)  # s and s' in one stacked forward
