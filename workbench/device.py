@@ -14,7 +14,10 @@ Capture rules (GPU_NOTES.md; each one was seen to break a capture):
 - Python scalars passed to kernels are frozen into the graph: values that change between replays
   live in device arrays, fed from the host through :class:`HostSlot` copies captured in the graph;
 - a WHILE node's body holds no allocation: cuBLAS runs on its own workspace (set after its stream:
-  ``cublasSetStream`` resets the workspace and cuBLAS would then add allocation nodes).
+  ``cublasSetStream`` resets the workspace and cuBLAS would then add allocation nodes);
+- whatever a graph's nodes read by address lives as long as the graph: loop counters, guards, a
+  batched GEMM's address arrays and its cuBLAS workspace (the :class:`LoopGraph` keeps them; a GEMM
+  meeting freed after its capture gave ``CUDA_ERROR_ILLEGAL_ADDRESS`` on the H200).
 
 In Numba's simulator there is no driver: :meth:`Device.capture` returns a graph that runs ``fn``
 eagerly on every replay, :meth:`Device.capture_loops` Python loops with the condition kernel's rule,
