@@ -125,6 +125,7 @@ def test_walkforward_trains_its_folds_and_seeds_as_one_population(bars, monkeypa
     assert all(e["ms"]["agents_per_launch"] == 2 for f in result.fold_results for e in f.epochs)
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["population"]["agents_per_graph"] == 2 and summary["population"]["groups"] == 1
+    assert summary["population"]["batched_gemm"].startswith("off")  # simulator: Numba GEMM; on a GPU turned off here
     assert summary["seeds"]["seeds"] == 2
     assert (tmp_path / "run" / "fold_001" / "seed_01_bars.parquet").is_file()
     prep = E.WalkForward(cfg).prepare(bars)

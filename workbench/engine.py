@@ -19,6 +19,7 @@ from .account import Account, account_for
 from .accounting import simulate
 from .agent.backend import make_backend
 from .agent.ensemble import finish_fold
+from .agent.gemm import BATCH_MIN_AGENTS
 from .agent.fold import run_dqn_fold
 from .agent.population import side_by_side, train_folds
 from .baselines import STRATEGIES, baseline_targets
@@ -299,11 +300,14 @@ class WalkForward:
         cfg = self.config
 
         def on_group(group, size, per_agent):
-            requested = backend.sized(cfg.gpu).population
+            prof = backend.sized(cfg.gpu)
+            batched = prof.batched_gemm and prof.gemm == "cublas"
             plan.update(agents_per_graph=size, seeds_per_fold=cfg.training.seeds,
                         device_mib_per_agent=round(per_agent / 2**20, 1),
-                        chosen_by="gpu.population" if requested else "free device memory (gpu.population = 0)",
-                        groups=plan.get("groups", 0) + 1)
+                        chosen_by="gpu.population" if prof.population else "free device memory (gpu.population = 0)",
+                        groups=plan.get("groups", 0) + 1,
+                        batched_gemm=(f"on from {BATCH_MIN_AGENTS} agents per graph: results within rounding of one "
+                                      "agent at a time" if batched else "off: every agent bit for bit as alone"))
             for k in dict.fromkeys(group):  # a fold's seeds are one fold on screen
                 if k in started:
                     continue

@@ -37,6 +37,9 @@ def make_gemm(device: Device, prefer: str = "cublas", math: str = "fp32"):
     return NumbaGemm(device)
 
 
+BATCH_MIN_AGENTS = 8  # a GEMM meeting batches from this many agents on (measured: GemmMeeting's docstring)
+
+
 class GemmMeeting:
     """Where a population's agents meet at each GEMM of a pass (``meet`` of
     :meth:`~workbench.device.Device.capture_loops`): their same GEMM (one shape, one pair of transposes,
@@ -53,7 +56,7 @@ class GemmMeeting:
     first (in a capture that is thrown away), :meth:`prepare` uploads one ``[3, P]`` address array per
     batched meeting, and each call then takes the next one, checking that the addresses are those planned."""
 
-    def __init__(self, device: Device, gemm, min_agents: int = 8):
+    def __init__(self, device: Device, gemm, min_agents: int = BATCH_MIN_AGENTS):
         self.device, self.gemm, self.min_agents = device, gemm, min_agents
         self.can_batch = hasattr(gemm, "gemm_batched")
         self.planned: list[np.ndarray] = []
