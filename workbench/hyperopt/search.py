@@ -13,7 +13,8 @@ swarm built from the same seed and checks that it proposes the logged positions 
 On a GPU in this process the particles of one iteration train side by side: every (particle,
 scored fold) is one agent of a population (:func:`workbench.agent.population.train_jobs`, grouped
 by size, schedules may differ; ``gpu.population = 1`` turns it off); each trial's score is the one
-it gets alone, and its ``seconds`` is the population's wall time.
+it gets alone (within rounding where 8 or more agents batch their GEMMs: ``gpu.batched_gemm``), and
+its ``seconds`` is the population's wall time.
 
 The particles of one iteration are independent jobs: with an executor (``--workers`` /
 ``--scheduler``, :mod:`workbench.executor`) they train side by side, each logged as it finishes
@@ -170,7 +171,8 @@ class Search:
     def _evaluate_together(self, todo: list[int], values: dict, it: int) -> dict:
         """Every (particle, scored fold) of an iteration trained in populations
         (:func:`workbench.agent.population.train_jobs`: grouped by size); each particle's
-        outcome is the one :func:`evaluate_candidate` gives it alone. ``seconds`` of these trials is the
+        outcome is the one :func:`evaluate_candidate` gives it alone (within rounding where its
+        population batches its GEMMs). ``seconds`` of these trials is the
         iteration's wall time (they trained together)."""
         n, P = len(self.score_folds), self.profile.swarm.particles
         out, jobs, owner = {}, [], []
