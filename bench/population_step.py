@@ -22,7 +22,7 @@ import time
 from train_step import B, ATOMS, CAP, H, _window, ms_per_step, torch_update
 
 
-def population(P: int, steps: int) -> dict:
+def population(P: int, steps: int, fused: bool = True) -> dict:
     from workbench.agent.gemm import GemmMeeting, make_gemm
     from workbench.agent.population import agent_bytes
     from workbench.agent.train_config import TrainConfig
@@ -33,7 +33,7 @@ def population(P: int, steps: int) -> dict:
 
     device = Device()
     prof = GpuProfile(name="bench", hidden=H, atoms=ATOMS, batch=B, n_envs=4096, replay_vram_fraction=0.5,
-                      gemm="cublas", math="fp32")
+                      gemm="cublas", math="fp32", fused_epilogues=fused)
     cfg = TrainConfig(replay_capacity=CAP, rollout_steps=256, learning_starts=0)
     w = _window()
     t0 = time.perf_counter()
@@ -123,16 +123,19 @@ def main() -> int:
     a.add_argument("--sizes", default="1,4,16,32,64")
     a.add_argument("--steps", type=int, default=100)
     a.add_argument("--json")
+    a.add_argument("--epilogues", choices=("fused", "kernels"), default="fused",
+                   help="the trunk's bias + ReLU fused into cuBLASLt's GEMMs (where an agent's GEMMs run alone) "
+                        "or our kernels after every GEMM")
     args = a.parse_args()
     rows = []
     for p in args.sizes.split(","):
-        rows.append(population(int(p), args.steps))
+        rows.append(population(int(p), args.steps, args.epilogues == "fused"))
         gc.collect()  # the previous population's buffers go before the next is allocated
         print(f"P={p}: {json.dumps(rows[-1])}", flush=True)
     torch_rows: list = []
     torch_update(args.steps, torch_rows, graph=True)
     torch_ms = torch_rows[0][1]
-    print(f"P agents in one graph, batch {B}, hidden {H}, {ATOMS} atoms, replay {CAP} each; "
+    print(f"epilogues: {args.epilogues}; P agents in one graph, batch {B}, hidden {H}, {ATOMS} atoms, replay {CAP} each; "
           f"{torch_rows[0][0]}: {torch_ms:.4f} ms/update = {1e3 / torch_ms:,.0f} updates/s")
     print(f"{'P':>3} {'MB/agent':>9} {'fp32 ms/launch':>15} {'fp32 upd/s':>11} {'x torch':>8} "
           f"{'tf32 ms/launch':>15} {'tf32 upd/s':>11} {'x torch':>8} {'nodes':>6} {'setup s':>8} "

@@ -7,7 +7,8 @@ n-step loss, backward, global-norm clip, Adam, priority update, Polyak target up
 
 - ours: one update captured as a graph and replayed ``--steps`` times (``graph replay``), ``--steps``
   updates as one launch of a graph loop (``graph loop``, what the trainer runs), and the same kernels
-  launched eagerly from Python (``eager``); cuBLAS fp32, and cuBLAS TF32;
+  launched eagerly from Python (``eager``); cuBLAS fp32, and cuBLAS TF32, each with our bias / ReLU
+  kernels after the GEMMs and with them fused into cuBLASLt's GEMMs (``workbench/cublaslt.py``);
 - PyTorch: the same network and update written with torch ops, eager and captured as a torch CUDA
   graph (Adam capturable=True), fp32 with TF32 disabled.
 
@@ -53,7 +54,7 @@ def ms_per_step(device, fn, steps: int) -> float:
     return statistics.median(out)
 
 
-def ours(math: str, steps: int, rows: list):
+def ours(math: str, steps: int, rows: list, fused: bool = True):
     from workbench.agent.gemm import make_gemm
     from workbench.agent.train_config import TrainConfig
     from workbench.agent.trainer import DeviceTrainer
@@ -63,9 +64,12 @@ def ours(math: str, steps: int, rows: list):
 
     device = Device()
     prof = GpuProfile(name="bench", hidden=H, atoms=ATOMS, batch=B, n_envs=4096, replay_vram_fraction=0.5,
-                      gemm="cublas", math=math)
+                      gemm="cublas", math=math, fused_epilogues=fused)
     cfg = TrainConfig(replay_capacity=CAP, rollout_steps=256, learning_starts=0)
     tr = DeviceTrainer(device, make_gemm(device, "cublas", math), prof, cfg, load_market("es"), 100_000.0, seed=1)
+    if fused and not tr.state.nets.online.fused:
+        raise SystemExit(f"fused epilogues asked for but unavailable: {tr.gemm.lt_error}")
+    math = f"{math}, {'fused epilogues' if fused else 'bias kernels'}"
     w = _window()
     g = tr.prepare(w)
     tr.state.envs.eps_slot.value[0] = 1.0
@@ -97,7 +101,8 @@ def breakdown(tr, device, rows, math: str, inner: int = 50):
     from cuda_kernels import nb
 
     launches = []
-    orig_getitem, orig_gemm = nb.Kernel.__getitem__, type(tr.gemm).gemm
+    cls = type(tr.gemm)
+    orig_getitem, orig_gemm, orig_epi = nb.Kernel.__getitem__, cls.gemm, getattr(cls, "gemm_epilogue", None)
 
     def getitem(self, cfg):
         launch = orig_getitem(self, cfg)
@@ -109,11 +114,20 @@ def breakdown(tr, device, rows, math: str, inner: int = 50):
         launches.append((f"gemm {C.shape[0]}x{C.shape[1]} (k={A.shape[0] if trans_a else A.shape[1]}) "
                          f"ta={trans_a} tb={trans_b}", lambda: orig_gemm(self, A, B, C, trans_a, trans_b, alpha, beta)))
 
-    nb.Kernel.__getitem__, type(tr.gemm).gemm = getitem, gemm
+    def gemm_epilogue(self, A, B, C, trans_a, trans_b, kind, bias, mask=None):
+        launches.append((f"gemm+{kind} {C.shape[0]}x{C.shape[1]} (k={A.shape[0] if trans_a else A.shape[1]}) "
+                         f"ta={trans_a} tb={trans_b}",
+                         lambda: orig_epi(self, A, B, C, trans_a, trans_b, kind, bias, mask)))
+
+    nb.Kernel.__getitem__, cls.gemm = getitem, gemm
+    if orig_epi is not None:
+        cls.gemm_epilogue = gemm_epilogue
     try:
         tr.enqueue_update(device.stream)  # recorded, not launched
     finally:
-        nb.Kernel.__getitem__, type(tr.gemm).gemm = orig_getitem, orig_gemm
+        nb.Kernel.__getitem__, cls.gemm = orig_getitem, orig_gemm
+        if orig_epi is not None:
+            cls.gemm_epilogue = orig_epi
     spent, count = defaultdict(float), defaultdict(int)
     for name, launch in launches:
         g = device.capture(lambda _st, launch=launch: [launch() for _ in range(inner)])
@@ -238,8 +252,9 @@ def main() -> int:
     p.add_argument("--json")
     args = p.parse_args()
     rows: list = []
-    ours("fp32", args.steps, rows)
-    ours("tf32", args.steps, rows)
+    for math in ("fp32", "tf32"):
+        for fused in (False, True):
+            ours(math, args.steps, rows, fused)
     for graph in (False, True):
         torch_update(max(20, args.steps // 4) if not graph else args.steps, rows, graph)
     D, W = F + N_POS, ATOMS * 10
@@ -247,7 +262,7 @@ def main() -> int:
     print(f"update at batch {B}, hidden {H}, {ATOMS} atoms, 3x3 actions, replay {CAP}: "
           f"{(3 * fwd + 2 * fwd) / 1e9:.2f} GFLOP of GEMMs per update")
     for name, ms, nodes in rows:
-        print(f"{name:52s} {ms:8.4f} ms/update" + (f"  ({nodes} graph nodes)" if nodes else ""))
+        print(f"{name:70s} {ms:8.4f} ms/update" + (f"  ({nodes} graph nodes)" if nodes else ""))
     if args.json:
         json.dump(rows, open(args.json, "w"), indent=1)
     return 0

@@ -23,7 +23,7 @@ class CublasUnavailable(DeviceError):
 
 
 class Cublas:
-    def __init__(self, device: Device, workspace_bytes: int = 32 << 20, math: str = "fp32"):
+    def __init__(self, device: Device, workspace_bytes: int = 32 << 20, math: str = "fp32", epilogues: bool = True):
         if device.simulator:
             raise CublasUnavailable("cuBLAS needs a real GPU")
         try:
@@ -39,6 +39,14 @@ class Cublas:
         self.workspace = cuda.device_array(workspace_bytes, dtype="uint8")
         self._check(self.lib.cublasSetWorkspace_v2(self.handle, ctypes.c_void_p(device_pointer(self.workspace)),
                                                    ctypes.c_size_t(workspace_bytes)), "cublasSetWorkspace_v2")
+        self.lt, self.lt_error = None, ""
+        if epilogues:  # fused epilogues (workbench.cublaslt) on the same stream and workspace, where they load
+            from .cublaslt import CublasLt, EpilogueUnavailable
+
+            try:
+                self.lt = CublasLt(device, self.workspace, math)
+            except EpilogueUnavailable as exc:
+                self.lt_error = str(exc)
         self.set_math(math)
         self.lib.cublasSgemm_v2.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int,
                                             ctypes.c_int, ctypes.POINTER(ctypes.c_float), ctypes.c_void_p, ctypes.c_int,
@@ -60,6 +68,17 @@ class Cublas:
             raise DeviceError(f"unknown cuBLAS math mode {math!r}", f"choose one of {', '.join(MATH)}")
         self._check(self.lib.cublasSetMathMode(self.handle, MATH[math]), "cublasSetMathMode")
         self.math = math
+        if self.lt is not None:
+            self.lt.math = math
+
+    @property
+    def fuses_epilogues(self) -> bool:
+        """Whether :meth:`gemm_epilogue` runs (cuBLASLt loaded)."""
+        return self.lt is not None
+
+    def gemm_epilogue(self, A, B, C, trans_a: int, trans_b: int, kind: str, bias, mask=None) -> None:
+        """Row-major ``C = op(A) @ op(B)`` with a fused epilogue (:meth:`workbench.cublaslt.CublasLt.matmul`)."""
+        self.lt.matmul(A, B, C, trans_a, trans_b, kind, bias, mask)
 
     def gemm(self, A, B, C, trans_a: int = 0, trans_b: int = 0, alpha: float = 1.0, beta: float = 0.0) -> None:
         """Row-major ``C[M, N] = alpha * op(A) @ op(B) + beta * C`` (cuBLAS sees the transposed problem)."""

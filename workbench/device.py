@@ -142,9 +142,11 @@ def run_lockstep(gens, meet, between=None) -> None:
     """Advance the generators ``gens`` together: each up to its next yield (enqueuing its own work), then
     ``meet(the values they yielded)``, until all are exhausted; ``between(before_meet)`` is called just
     before (True) and after (False) each meeting that ``meet.joins(values)`` says needs the loops joined
-    (the joins and forks of a capture; every meeting where ``meet`` has no ``joins``). Every generator
-    must yield equally often."""
+    (the joins and forks of a capture; every meeting where ``meet`` has no ``joins``), and then
+    ``meet.after(values)`` where ``meet`` has it: work each loop does on its own again, once forked.
+    Every generator must yield equally often."""
     joins = getattr(meet, "joins", lambda vals: True)
+    after = getattr(meet, "after", None)
     while True:
         vals = [next(g, _DONE) for g in gens]
         done = [v is _DONE for v in vals]
@@ -158,6 +160,8 @@ def run_lockstep(gens, meet, between=None) -> None:
         meet(vals)
         if join:
             between(False)
+        if after is not None:
+            after(vals)
 
 
 def loop_groups(loops) -> list[tuple[int, list[int]]]:

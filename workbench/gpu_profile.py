@@ -32,6 +32,8 @@ class GpuProfile:
     batched_gemm: bool = _f(True, "from 8 agents on, a population's agents' same GEMM of an update as one batched "
                                   "cuBLAS GEMM (false: each agent's GEMMs on its own stream, bit for bit what it "
                                   "computes alone)")
+    fused_epilogues: bool = _f(True, "the trunk's bias + ReLU (and their gradients) inside cuBLASLt's GEMMs where "
+                                     "nvmath-python loads (false: our kernels after each GEMM)")
 
 
 def load_profile(name_or_path: str) -> GpuProfile:

@@ -34,10 +34,11 @@ class Backend:
         if overrides is None:
             return self.profile
         changes = {k: v for k, v in dataclasses.asdict(overrides).items() if v}
-        if "batched_gemm" in changes:
-            if changes["batched_gemm"] not in ("on", "off"):
-                raise ConfigError(f"gpu.batched_gemm must be 'on' or 'off', got {changes['batched_gemm']!r}")
-            changes["batched_gemm"] = changes["batched_gemm"] == "on"
+        for switch in ("batched_gemm", "fused_epilogues"):
+            if switch in changes:
+                if changes[switch] not in ("on", "off"):
+                    raise ConfigError(f"gpu.{switch} must be 'on' or 'off', got {changes[switch]!r}")
+                changes[switch] = changes[switch] == "on"
         return dataclasses.replace(self.profile, **changes) if changes else self.profile
 
     def trainer(self, cfg, spec, capital: float, seed: int, overrides=None):
@@ -66,7 +67,12 @@ class Backend:
     def describe(self) -> str:
         if self.kind == "gpu":
             i = self.device.info
-            return f"gpu {i.name} ({i.total_memory / 2**30:.0f} GiB), profile {self.profile.name}, gemm {self.gemm.name}"
+            fused = getattr(self.gemm, "fuses_epilogues", False)
+            epi = ("bias+ReLU fused in cuBLASLt" if fused and self.profile.fused_epilogues else
+                   "bias+ReLU kernels" + ("" if fused or not getattr(self.gemm, "lt_error", "") else
+                                          f" ({self.gemm.lt_error.split(':')[0]})"))
+            return (f"gpu {i.name} ({i.total_memory / 2**30:.0f} GiB), profile {self.profile.name}, "
+                    f"gemm {self.gemm.name}, {epi}")
         return f"cpu reference backend, profile {self.profile.name}"
 
 

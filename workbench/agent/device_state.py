@@ -283,10 +283,12 @@ class Networks(NamedTuple):
 
 
 def alloc_networks(device: Device, gemm, shape: NetShape, learner: Learner, n_envs: int, batch: int,
-                   backtest_rows: int) -> Networks:
-    mk = lambda rows: DeviceNetwork(device, gemm, shape, rows, learner.support, learner.branch_sizes,  # noqa: E731
-                                    learner.branch_offsets)
-    return Networks(env=mk(n_envs), online=mk(2 * batch), t2=mk(batch), backtest=mk(backtest_rows))
+                   backtest_rows: int, fused: bool = False) -> Networks:
+    """The four networks' workspaces; ``fused``: their trunk's bias and ReLU inside the GEMMs where the
+    GEMM backend can (cuBLASLt), the online network (the one that backpropagates) keeping ReLU masks."""
+    mk = lambda rows, masks=False: DeviceNetwork(device, gemm, shape, rows, learner.support,  # noqa: E731
+                                                 learner.branch_sizes, learner.branch_offsets, fused, masks)
+    return Networks(env=mk(n_envs), online=mk(2 * batch, True), t2=mk(batch), backtest=mk(backtest_rows))
 
 
 class DeviceState(NamedTuple):
@@ -316,4 +318,5 @@ def alloc_state(device: Device, gemm, profile, cfg, w: Window, seed: int, norm_b
         envs=alloc_envs(mem, profile.n_envs, shape.obs_dim, cfg.eps_start),
         rollout=alloc_rollout(mem, profile.n_envs, cfg.rollout_steps, cfg.n_step),
         batch=alloc_batch(mem, shape, profile.batch), backtest=alloc_backtest(mem, shape, w.n_bars, chunk),
-        nets=alloc_networks(device, gemm, shape, learner, profile.n_envs, profile.batch, chunk * N_POS), shape=shape)
+        nets=alloc_networks(device, gemm, shape, learner, profile.n_envs, profile.batch, chunk * N_POS,
+                            profile.fused_epilogues), shape=shape)

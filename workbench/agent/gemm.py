@@ -52,9 +52,11 @@ class GemmMeeting:
     Numba GEMM, the simulator), run each agent's GEMM on its own backend where its pass stands, unjoined:
     what the agent runs alone.
 
-    The batched GEMM reads its matrices' addresses from device memory: :meth:`plan` sees every meeting
-    first (in a capture that is thrown away), :meth:`prepare` uploads one ``[3, P]`` address array per
-    batched meeting, and each call then takes the next one, checking that the addresses are those planned."""
+    A batched GEMM fuses no epilogue: the agents' bias and ReLU kernels follow it on their own lanes
+    (:meth:`after`). The batched GEMM reads its matrices' addresses from device memory: :meth:`plan`
+    sees every meeting first (in a capture that is thrown away), :meth:`prepare` uploads one ``[3, P]``
+    address array per batched meeting, and each call then takes the next one, checking that the
+    addresses are those planned."""
 
     def __init__(self, device: Device, gemm, min_agents: int = BATCH_MIN_AGENTS):
         self.device, self.gemm, self.min_agents = device, gemm, min_agents
@@ -93,7 +95,7 @@ class GemmMeeting:
     def __call__(self, calls) -> None:
         if not self.joins(calls):
             for c in calls:
-                c.run()
+                c.run()  # with its epilogue, fused where its backend fuses
             return
         i = self.cursor
         self.cursor += 1
@@ -101,3 +103,11 @@ class GemmMeeting:
             raise RuntimeError(f"GEMM meeting {i} differs from its plan (the capture did not repeat the planning pass)")
         M, N, K, ta, tb = self._shape(calls[0])
         self.gemm.gemm_batched(self.arrays[i], M, N, K, ta, tb, len(calls))
+
+    def after(self, calls) -> None:
+        """Once the agents are forked again: each batched GEMM's epilogue as the agent's own kernel on its
+        own lane (cuBLASLt has no epilogue for batched GEMMs; the agents' forward and backward then both
+        take the unfused path, so the backward never reads a ReLU mask that the forward did not write)."""
+        if self.joins(calls):
+            for c in calls:
+                c.finish()

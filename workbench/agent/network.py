@@ -28,6 +28,8 @@ import numpy as np
 from cuda_kernels import c51, dense
 from cuda_kernels.nb import cuda
 
+from ..cublaslt import DRELU_BGRAD, RELU_BIAS, mask_ld
+
 
 @dataclass(frozen=True)
 class NetShape:
@@ -143,7 +145,8 @@ def backward_ref(params: np.ndarray, x: np.ndarray, acts: dict, dhead: np.ndarra
 class DeviceNetwork:
     """Forward/backward for a fixed row count on preallocated device buffers."""
 
-    def __init__(self, device, gemm, shape: NetShape, rows: int, support_dev, branch_sizes_dev, branch_offsets_dev):
+    def __init__(self, device, gemm, shape: NetShape, rows: int, support_dev, branch_sizes_dev, branch_offsets_dev,
+                 fused: bool = False, masks: bool = False):
         self.device, self.gemm, self.shape, self.rows = device, gemm, shape, rows
         s = device.stream
         H, W, A = shape.hidden, shape.head_cols, shape.n_actions
@@ -155,7 +158,14 @@ class DeviceNetwork:
         self.d2 = cuda.device_array((rows, H), np.float32, stream=s)
         self.d1 = cuda.device_array((rows, H), np.float32, stream=s)
         self.support, self.bsz, self.boff = support_dev, branch_sizes_dev, branch_offsets_dev
-
+        # fused epilogues (cuBLASLt) where asked for and the GEMM backend has them; then the trunk's ReLU
+        # masks, one bit per (row, column), for the backward's fused ReLU gradient (masks: only a network
+        # that backpropagates needs them)
+        self.fused = bool(fused and getattr(gemm, "fuses_epilogues", False))
+        nbytes = mask_ld(H) // 8
+        self.mask1, self.mask2 = ((cuda.device_array((rows, nbytes), np.uint8, stream=s),
+                                   cuda.device_array((rows, nbytes), np.uint8, stream=s))
+                                  if self.fused and masks else (None, None))
         self.view_of = None
 
     @property
@@ -164,7 +174,8 @@ class DeviceNetwork:
         if self.view_of is not None:
             return 0
         return sum(int(a.size) * int(a.dtype.itemsize) for a in (self.h1, self.h2, self.head, self.logp, self.q,
-                                                                  self.d2, self.d1))
+                                                                  self.d2, self.d1, self.mask1, self.mask2)
+                   if a is not None)
 
     def row_range(self, a: int, b: int) -> "DeviceNetwork":
         """This workspace's rows [a, b) as a network of their own (the same buffers): a stacked forward's
@@ -172,8 +183,9 @@ class DeviceNetwork:
         v = object.__new__(DeviceNetwork)
         v.__dict__.update(self.__dict__)
         v.rows, v.view_of = b - a, self
-        for k in ("h1", "h2", "head", "logp", "q", "d2", "d1"):
-            setattr(v, k, getattr(self, k)[a:b])
+        for k in ("h1", "h2", "head", "logp", "q", "d2", "d1", "mask1", "mask2"):
+            if getattr(self, k) is not None:
+                setattr(v, k, getattr(self, k)[a:b])
         return v
 
     def forward(self, params_flat, x) -> None:
@@ -189,13 +201,9 @@ class DeviceNetwork:
     # them (run_steps: the network's GEMM; a population: one batched GEMM over its agents' same GEMM)
     def forward_steps(self, params_flat, x):
         p = views(params_flat, self.shape)
-        st, sh = self.device.stream, self.shape
-        sim = self.device.simulator
-        gh, th = dense.bias_act_launch(self.rows, sh.hidden, sim)
-        yield Gemm(x, p["W1"], self.h1, 0, 0, self.gemm)
-        dense.bias_act_kernel[gh, th, st](self.h1, p["b1"], self.rows, sh.hidden, dense.ACT_RELU)
-        yield Gemm(self.h1, p["W2"], self.h2, 0, 0, self.gemm)
-        dense.bias_act_kernel[gh, th, st](self.h2, p["b2"], self.rows, sh.hidden, dense.ACT_RELU)
+        st, sh, f, d = self.device.stream, self.shape, self.fused, self.device
+        yield Gemm(x, p["W1"], self.h1, 0, 0, self.gemm, Epilogue(RELU_BIAS, p["b1"], self.h1, self.mask1, f, d))
+        yield Gemm(self.h1, p["W2"], self.h2, 0, 0, self.gemm, Epilogue(RELU_BIAS, p["b2"], self.h2, self.mask2, f, d))
         yield Gemm(self.h2, p["W3"], self.head, 0, 0, self.gemm)  # its bias is added by the dueling head as it reads
         nb = len(sh.branch_sizes)
         grid, block = c51.head_launch(self.rows, sh.atoms, nb)
@@ -204,25 +212,49 @@ class DeviceNetwork:
 
     def backward_steps(self, params_flat, grads_flat, x, dhead):
         p, g = views(params_flat, self.shape), views(grads_flat, self.shape)
-        st, sh = self.device.stream, self.shape
-        sim = self.device.simulator
-        gw, bw = dense.bias_backward_launch(sh.head_width, sim)
-        gh, bh = dense.bias_backward_launch(sh.hidden, sim)
+        st, sh, f, d = self.device.stream, self.shape, self.fused, self.device
+        gw, bw = dense.bias_backward_launch(sh.head_width, self.device.simulator)
         dense.bias_act_backward_kernel[gw, bw, st](dhead, self.head, g["b3"], self.rows, sh.head_width,
                                                   dense.ACT_IDENTITY)
         yield Gemm(self.h2, dhead, g["W3"], 1, 0, self.gemm)
-        yield Gemm(dhead, p["W3"], self.d2, 0, 1, self.gemm)
-        dense.bias_act_backward_kernel[gh, bh, st](self.d2, self.h2, g["b2"], self.rows, sh.hidden, dense.ACT_RELU)
+        yield Gemm(dhead, p["W3"], self.d2, 0, 1, self.gemm, Epilogue(DRELU_BGRAD, g["b2"], self.h2, self.mask2, f, d))
         yield Gemm(self.h1, self.d2, g["W2"], 1, 0, self.gemm)
-        yield Gemm(self.d2, p["W2"], self.d1, 0, 1, self.gemm)
-        dense.bias_act_backward_kernel[gh, bh, st](self.d1, self.h1, g["b1"], self.rows, sh.hidden, dense.ACT_RELU)
+        yield Gemm(self.d2, p["W2"], self.d1, 0, 1, self.gemm,
+                   Epilogue(DRELU_BGRAD, g["b1"], self.h1, self.mask1, f, d))
         yield Gemm(x, self.d1, g["W1"], 1, 0, self.gemm)
+
+
+class Epilogue(NamedTuple):
+    """What a trunk layer does to its GEMM's output ``C`` right after it: ``relu_bias`` (forward:
+    ``C = relu(C + bias)``) or ``drelu_bgrad`` (backward: ``C`` times the ReLU's gradient, ``C *= out > 0``
+    with ``out`` the layer's forward output, and ``bias`` receives ``C``'s column sums, the bias gradient).
+    ``fused``: inside the GEMM (cuBLASLt, :mod:`workbench.cublaslt`), the ReLU passing from forward to
+    backward as the bit ``mask`` (None where nothing backpropagates through this forward); else our
+    bias kernel after the GEMM, on the network's ``device`` stream (:meth:`unfused`), reading ``out``."""
+
+    kind: str
+    bias: object
+    out: object
+    mask: object
+    fused: bool
+    device: object
+
+    def unfused(self, C) -> None:
+        """Our kernel for this epilogue on ``C``, enqueued on the network's stream."""
+        M, N = C.shape
+        st, sim = self.device.stream, self.device.simulator
+        if self.kind == RELU_BIAS:
+            gh, th = dense.bias_act_launch(M, N, sim)
+            dense.bias_act_kernel[gh, th, st](C, self.bias, M, N, dense.ACT_RELU)
+        else:
+            gh, bh = dense.bias_backward_launch(N, sim)
+            dense.bias_act_backward_kernel[gh, bh, st](C, self.out, self.bias, M, N, dense.ACT_RELU)
 
 
 class Gemm(NamedTuple):
     """One GEMM of a pass written as steps: row-major ``C = op(A) @ op(B)`` (the GEMM contract of
-    :mod:`workbench.agent.gemm`, alpha 1, beta 0) and ``by``, the GEMM backend of the network that
-    yields it (bound to its stream)."""
+    :mod:`workbench.agent.gemm`, alpha 1, beta 0), ``by``, the GEMM backend of the network that
+    yields it (bound to its stream), and the layer's :class:`Epilogue` (None: the GEMM alone)."""
 
     A: object
     B: object
@@ -230,10 +262,22 @@ class Gemm(NamedTuple):
     trans_a: int
     trans_b: int
     by: object
+    epi: Epilogue | None = None
 
     def run(self) -> None:
-        """On the network's own GEMM backend, where the pass stands."""
+        """On the network's own GEMM backend, where the pass stands, with its epilogue."""
+        e = self.epi
+        if e is not None and e.fused:
+            self.by.gemm_epilogue(self.A, self.B, self.C, self.trans_a, self.trans_b, e.kind, e.bias, e.mask)
+            return
         self.by.gemm(self.A, self.B, self.C, self.trans_a, self.trans_b)
+        self.finish()
+
+    def finish(self) -> None:
+        """The epilogue as our kernel after a GEMM that did not fuse it (a batched GEMM's, or an
+        unfused one's)."""
+        if self.epi is not None:
+            self.epi.unfused(self.C)
 
 
 def run_steps(steps) -> None:
