@@ -67,11 +67,11 @@ def ours(math: str, steps: int, rows: list, fused: bool = True):
                       gemm="cublas", math=math, fused_epilogues=fused)
     cfg = TrainConfig(replay_capacity=CAP, rollout_steps=256, learning_starts=0)
     tr = DeviceTrainer(device, make_gemm(device, "cublas", math), prof, cfg, load_market("es"), 100_000.0, seed=1)
+    w = _window()
+    g = tr.prepare(w)
     if fused and not tr.state.nets.online.fused:
         raise SystemExit(f"fused epilogues asked for but unavailable: {tr.gemm.lt_error}")
     math = f"{math}, {'fused epilogues' if fused else 'bias kernels'}"
-    w = _window()
-    g = tr.prepare(w)
     tr.state.envs.eps_slot.value[0] = 1.0
     g.experience.launch()  # 4096 envs x 256 steps = 1M transitions: a full ring
     device.synchronize()
