@@ -71,7 +71,8 @@ def ours(math: str, steps: int, rows: list, fused: bool = True):
     g = tr.prepare(w)
     if fused and not tr.state.nets.online.fused:
         raise SystemExit(f"fused epilogues asked for but unavailable: {tr.gemm.lt_error}")
-    math = f"{math}, {'fused epilogues' if fused else 'bias kernels'}"
+    back = "and backward" if tr.state.nets.online.fuses_backward else "only"
+    math = f"{math}, {f'fused epilogues: forward {back}' if fused else 'bias kernels'}"
     tr.state.envs.eps_slot.value[0] = 1.0
     g.experience.launch()  # 4096 envs x 256 steps = 1M transitions: a full ring
     device.synchronize()

@@ -84,10 +84,11 @@ def test_a_stacked_forward_equals_its_halves_alone(rng):
 @pytest.mark.parametrize("obs_dim,hidden,atoms,rows", [(23, 512, 51, 1024), (10, 96, 5, 37)])
 @pytest.mark.parametrize("math", ["fp32", "tf32"])
 def test_fused_epilogues_match_our_kernels(rng, obs_dim, hidden, atoms, rows, math):
-    """cuBLASLt's fused bias + ReLU (forward, the ReLU mask kept) and ReLU-gradient + bias-gradient
-    (backward, reading that mask) against the same network with cuBLAS GEMMs and our bias kernels: a
-    stacked forward of 2 x rows, the backward through its first rows (what the update runs). Outputs
-    poisoned first; hidden 96 leaves mask bits past the row's last column unused (ld 128)."""
+    """cuBLASLt's fused bias + ReLU (forward; in fp32 the ReLU mask kept) and ReLU-gradient +
+    bias-gradient (fp32's backward, reading that mask: FUSED_BACKWARD_MATH) against the same network with
+    cuBLAS GEMMs and our bias kernels: a stacked forward of 2 x rows, the backward through its first rows
+    (what the update runs). Outputs poisoned first; hidden 96 leaves mask bits past the row's last column
+    unused (ld 128)."""
     pytest.importorskip("nvmath", reason="fused epilogues need nvmath-python")
     seed = int(rng.integers(0, 2**31))
     shape = NetShape(obs_dim=obs_dim, hidden=hidden, atoms=atoms, head_align=4)
@@ -107,6 +108,7 @@ def test_fused_epilogues_match_our_kernels(rng, obs_dim, hidden, atoms, rows, ma
     for fused in (False, True):
         net = DeviceNetwork(device, gemm, shape, 2 * rows, *consts, fused=fused, masks=True)
         assert net.fused == fused and (net.mask1 is not None) == fused
+        assert net.fuses_backward == (fused and math == "fp32")
         for a in (net.h1, net.h2, net.head, net.q):
             a.copy_to_device(np.full(a.shape, np.nan, np.float32))
         grads = cuda.to_device(np.full(shape.n_params, np.nan, np.float32))

@@ -8,11 +8,13 @@
 - ``drelu_bgrad``: ``C = C * (forward output > 0)`` read from the forward's bit mask, and ``bias`` [N]
   receives ``C``'s column sums (``DRELU_BGRAD``): a ReLU layer's input gradient and its bias gradient.
 
-Measured on the H200 (``bench/cublaslt_probe.py``, 2026-12-04): the forward's bias + ReLU fused into
-the GEMM equals SGEMM then our bias kernel bit for bit and takes 29 us instead of 36 (fp32) and 9.5 us
-instead of 16.7 (TF32) at 2048 x 512 x 512; cuBLASLt offers no algorithm for an epilogue in
-pointer-array batch mode, so a population's batched GEMMs (:class:`~workbench.agent.gemm.GemmMeeting`)
-keep their bias kernels.
+Measured on the H200 (``bench/cublaslt_probe.py``, ``bench/train_step.py``, 2026-12-04): the forward's
+bias + ReLU fused into the GEMM equals SGEMM then our bias kernel bit for bit and takes 29 us instead
+of 36 (fp32) and 9.5 us instead of 16.7 (TF32) at 2048 x 512 x 512; writing the ReLU mask as well
+(``RELU_AUX_BIAS``) costs 17 us with TF32, and TF32's ``DRELU_BGRAD`` GEMM takes 14 us where the plain
+one takes 7, so the backward fuses in fp32 only (``network.FUSED_BACKWARD_MATH``). cuBLASLt offers no
+algorithm for an epilogue in pointer-array batch mode, so a population's batched GEMMs
+(:class:`~workbench.agent.gemm.GemmMeeting`) keep their bias kernels.
 
 cuBLASLt sees the row-major problem transposed (column-major ``D[N, M] = op(B^T) @ op(A^T)``): the bias
 runs along D's rows (C's columns) and the ReLU mask holds, per row of C, ``mask_ld(N)`` bits, one per

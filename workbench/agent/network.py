@@ -177,6 +177,14 @@ class DeviceNetwork:
                                                                   self.d2, self.d1, self.mask1, self.mask2)
                    if a is not None)
 
+    @property
+    def fuses_backward(self) -> bool:
+        """Whether this network's backward fuses the ReLU gradient and bias gradient into its GEMMs
+        (``DRELU_BGRAD``, reading the masks its forward then writes): where it keeps masks and the GEMMs
+        run in a math listed in :data:`FUSED_BACKWARD_MATH` (read as the passes are enqueued, so forward
+        and backward of one update agree)."""
+        return self.mask1 is not None and getattr(self.gemm, "math", "") in FUSED_BACKWARD_MATH
+
     def row_range(self, a: int, b: int) -> "DeviceNetwork":
         """This workspace's rows [a, b) as a network of their own (the same buffers): a stacked forward's
         parts, e.g. the rows whose loss the backward pass differentiates."""
@@ -202,8 +210,9 @@ class DeviceNetwork:
     def forward_steps(self, params_flat, x):
         p = views(params_flat, self.shape)
         st, sh, f, d = self.device.stream, self.shape, self.fused, self.device
-        yield Gemm(x, p["W1"], self.h1, 0, 0, self.gemm, Epilogue(RELU_BIAS, p["b1"], self.h1, self.mask1, f, d))
-        yield Gemm(self.h1, p["W2"], self.h2, 0, 0, self.gemm, Epilogue(RELU_BIAS, p["b2"], self.h2, self.mask2, f, d))
+        m1, m2 = (self.mask1, self.mask2) if self.fuses_backward else (None, None)
+        yield Gemm(x, p["W1"], self.h1, 0, 0, self.gemm, Epilogue(RELU_BIAS, p["b1"], self.h1, m1, f, d))
+        yield Gemm(self.h1, p["W2"], self.h2, 0, 0, self.gemm, Epilogue(RELU_BIAS, p["b2"], self.h2, m2, f, d))
         yield Gemm(self.h2, p["W3"], self.head, 0, 0, self.gemm)  # its bias is added by the dueling head as it reads
         nb = len(sh.branch_sizes)
         grid, block = c51.head_launch(self.rows, sh.atoms, nb)
@@ -212,16 +221,24 @@ class DeviceNetwork:
 
     def backward_steps(self, params_flat, grads_flat, x, dhead):
         p, g = views(params_flat, self.shape), views(grads_flat, self.shape)
-        st, sh, f, d = self.device.stream, self.shape, self.fused, self.device
+        st, sh, d = self.device.stream, self.shape, self.device
+        fb = self.fuses_backward
         gw, bw = dense.bias_backward_launch(sh.head_width, self.device.simulator)
         dense.bias_act_backward_kernel[gw, bw, st](dhead, self.head, g["b3"], self.rows, sh.head_width,
                                                   dense.ACT_IDENTITY)
         yield Gemm(self.h2, dhead, g["W3"], 1, 0, self.gemm)
-        yield Gemm(dhead, p["W3"], self.d2, 0, 1, self.gemm, Epilogue(DRELU_BGRAD, g["b2"], self.h2, self.mask2, f, d))
+        yield Gemm(dhead, p["W3"], self.d2, 0, 1, self.gemm, Epilogue(DRELU_BGRAD, g["b2"], self.h2, self.mask2, fb, d))
         yield Gemm(self.h1, self.d2, g["W2"], 1, 0, self.gemm)
         yield Gemm(self.d2, p["W2"], self.d1, 0, 1, self.gemm,
-                   Epilogue(DRELU_BGRAD, g["b1"], self.h1, self.mask1, f, d))
+                   Epilogue(DRELU_BGRAD, g["b1"], self.h1, self.mask1, fb, d))
         yield Gemm(x, self.d1, g["W1"], 1, 0, self.gemm)
+
+
+# Where cuBLASLt's DRELU_BGRAD backward beats a plain GEMM and our ReLU-gradient/bias-gradient kernel
+# (H200, reference shape, 2026-12-04): fp32 yes (update 0.3847 -> 0.3788 ms); TF32 no (its GEMM takes
+# 14 us where the plain one takes 7, and writing the forward's mask slows the forward's GEMMs: update
+# 0.2743 ms forward-only against 0.2837 with the backward fused too).
+FUSED_BACKWARD_MATH = ("fp32",)
 
 
 class Epilogue(NamedTuple):
