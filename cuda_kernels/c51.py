@@ -42,9 +42,10 @@ def head_launch(B: int, atoms: int, n_branch: int) -> tuple[int, tuple[int, int]
     return B, (min(_tree_width(atoms), WARP) if SIMULATOR else WARP, n_branch)
 
 
-def loss_launch(B: int, atoms: int) -> tuple[int, int]:
-    """(grid, block) of ``c51_loss_kernel``: one block per sample, a thread per lane of the tree's width."""
-    return B, _tree_width(atoms)
+def loss_launch(B: int, atoms: int, n_branch: int) -> tuple[int, tuple[int, int]]:
+    """(grid, block) of ``c51_loss_kernel``: one block per sample, a thread per lane of the tree's width
+    for each branch."""
+    return B, (_tree_width(atoms), n_branch)
 
 
 @device_function
@@ -101,9 +102,10 @@ def dueling_head_kernel(head, head_bias, B, n_branch, branch_size, branch_off, a
     here as each value is read (one launch fewer than a separate bias kernel); support: [atoms];
     logp: out [B, A, atoms]; q: out [B, A].
 
-    Block per row, warp per branch (``head_launch``): lane l owns atoms l, l + 32, ... (``_slots``), so a
-    row is read with consecutive lanes on consecutive columns. Max, sum and expectation over atoms are
-    trees in a fixed order, the lane's own atoms first (``_fold``), then warp shuffles (``warp_max``,
+    Block per row, warp per branch (``head_launch``): lane l owns atoms l, l + 32, ... (``_slots``: k of
+    them), so a row is read with consecutive lanes on consecutive columns; the slots past k are never
+    computed (a warp-uniform exit from each slot loop). Max, sum and expectation over atoms are trees in
+    a fixed order, the lane's own atoms first (``_fold``), then warp shuffles (``warp_max``,
     ``warp_sum``): the additions of a shared-memory tree over a power-of-two width, in its order, with
     no block barrier (deterministic)."""
     b = cuda.blockIdx.x
@@ -119,50 +121,51 @@ def dueling_head_kernel(head, head_bias, B, n_branch, branch_size, branch_off, a
     logit = cuda.local.array(HEAD_SLOTS, float64)
     t = cuda.local.array(HEAD_SLOTS, float32)
     for j in range(HEAD_SLOTS):
+        if j >= k:
+            break
         z = lane + width * j
-        valid = j < k and z < atoms
+        valid = z < atoms
         v[j] = head[b, z] + head_bias[z] if valid else float32(0.0)
         mean[j] = _advantage_mean(head, head_bias, b, z, atoms, off, nA) if valid else float64(0.0)
     for a in range(max_actions):  # the same trip count in every warp (the simulator's stand-in has barriers)
+        live = a < nA
         for j in range(HEAD_SLOTS):
+            if j >= k:
+                break
             z = lane + width * j
-            ok = j < k and z < atoms and a < nA
             c = atoms * (1 + off + a) + z
-            logit[j] = v[j] + (head[b, c] + head_bias[c]) - mean[j] if ok else float32(-3.4e38)
+            logit[j] = v[j] + (head[b, c] + head_bias[c]) - mean[j] if z < atoms and live else float32(-3.4e38)
             t[j] = logit[j]
         mx = warp_max(_fold(t, k, 1))
         for j in range(HEAD_SLOTS):
+            if j >= k:
+                break
             z = lane + width * j
-            ok = j < k and z < atoms and a < nA
-            t[j] = math.exp(logit[j] - mx) if ok else float32(0.0)
-        lse = mx + math.log(warp_sum(_fold(t, k, 0))) if a < nA else float32(0.0)
+            t[j] = float32(0.0)
+            if z < atoms and live:
+                t[j] = math.exp(logit[j] - mx)
+        lse = mx + math.log(warp_sum(_fold(t, k, 0))) if live else float32(0.0)
         for j in range(HEAD_SLOTS):
+            if j >= k:
+                break
             z = lane + width * j
-            ok = j < k and z < atoms and a < nA
-            lp = logit[j] - lse
-            if ok:
+            t[j] = float32(0.0)
+            if z < atoms and live:
+                lp = logit[j] - lse
                 logp[b, off + a, z] = lp
-            t[j] = math.exp(lp) * support[z] if ok else float32(0.0)
+                t[j] = math.exp(lp) * support[z]
         qa = warp_sum(_fold(t, k, 0))
-        if lane == 0 and a < nA:
+        if lane == 0 and live:
             q[b, off + a] = qa
 
 
 @device_function
-def _proj_lo(j, r, keep, gamma_n, v_min, v_max, dz, atoms):
-    """The lower support atom that source atom j's shifted value projects onto (the loss's own arithmetic)."""
-    tz = min(max(r + keep * gamma_n * (v_min + j * dz), v_min), v_max)
-    bj = (tz - v_min) / dz
-    return min(max(int32(math.floor(bj)), 0), atoms - 1)
-
-
-@device_function
-def _first_lo_at_least(target, r, keep, gamma_n, v_min, v_max, dz, atoms):
-    """The first source atom j in [0, atoms] with ``_proj_lo(j) >= target`` (binary search: lo is monotone)."""
+def _first_at_least(lo, row, target, atoms):
+    """The first source atom j in [0, atoms] with ``lo[row, j] >= target`` (binary search: lo is monotone)."""
     a, b = 0, atoms
     while a < b:
         mid = (a + b) // 2
-        if _proj_lo(mid, r, keep, gamma_n, v_min, v_max, dz, atoms) >= target:
+        if lo[row, mid] >= target:
             b = mid
         else:
             a = mid + 1
@@ -174,69 +177,88 @@ def _first_lo_at_least(target, r, keep, gamma_n, v_min, v_max, dz, atoms):
                float32[:, ::1], float32[::1], int64))
 def c51_loss_kernel(logp, q_next, logp_next_target, actions, reward, done, gamma_n, v_min, v_max, atoms, is_w,
                     n_branch, branch_size, branch_off, grad_scale, dhead, loss_out, B):
-    """Block per sample (``loss_launch``), thread z per atom. dhead: out [B, atoms*(1+A)] (fully
-    written); loss_out: out [B]. Thread z computes the projected target mass of atom z by visiting
-    the source atoms that reach it (no float atomics), its share of the cross-entropy (tree-reduced),
-    and the gradient of every head column of atom z."""
+    """Block per sample, thread (z, branch) per atom of each branch (``loss_launch``): the branches side by
+    side. dhead: out [B, atoms*(1+A)] (every column written once, the padding columns zero); loss_out:
+    out [B]. Thread (j, br) first places source atom j of its branch on the support (shared memory);
+    thread (z, br) then computes the projected target mass of atom z by visiting the source atoms that
+    reach it (no float atomics), its share of the branch's cross-entropy (a tree per branch), and
+    the gradient of atom z's column of each of the branch's actions; the value stream's column sums
+    the branches' gradients in branch order, and the loss the branches' cross-entropies, as a loop over
+    the branches would."""
     b = cuda.blockIdx.x
     if b >= B:
         return
     z = cuda.threadIdx.x
+    br = cuda.threadIdx.y
     lanes = cuda.blockDim.x
-    s = cuda.shared.array(RED_SHAPE, float32)
-    width = dhead.shape[1]
-    for c in range(z, width, lanes):
-        dhead[b, c] = 0.0
-    cuda.syncthreads()
+    s = cuda.shared.array(RED_SHAPE, float32)   # row br: branch br's cross-entropy tree
+    sg = cuda.shared.array(RED_SHAPE, float64)  # row br: branch br's gradient of atom z (for the value stream)
     dz = (v_max - v_min) / (atoms - 1)
     w = is_w[b]
     r = reward[b]
     keep = float32(1.0) - done[b]
-    loss = float32(0.0)
-    for br in range(n_branch):
-        nA, off = branch_size[br], branch_off[br]
-        at = min(max(actions[b, br], 0), nA - 1)
-        best, best_q = 0, q_next[b, off]
-        for a in range(1, nA):
-            if q_next[b, off + a] > best_q:
-                best, best_q = a, q_next[b, off + a]
-        m = float32(0.0)
-        ce = float32(0.0)
-        g = float32(0.0)
-        if z < atoms:
-            # the source atoms that reach atom z have lo(j) in {z - 1, z}; lo(j) never decreases with j
-            # (every step of its float arithmetic is monotone), so they are the range [j0, j1), visited
-            # in the same ascending order as a loop over every j: the same sum, bit for bit
-            j0 = _first_lo_at_least(z - 1, r, keep, gamma_n, v_min, v_max, dz, atoms)
-            j1 = _first_lo_at_least(z + 1, r, keep, gamma_n, v_min, v_max, dz, atoms)
-            for j in range(j0, j1):
-                tz = min(max(r + keep * gamma_n * (v_min + j * dz), v_min), v_max)
-                bj = (tz - v_min) / dz
-                lo = min(max(int32(math.floor(bj)), 0), atoms - 1)
-                hi = min(max(int32(math.ceil(bj)), 0), atoms - 1)
-                if lo == z or hi == z:
-                    pj = math.exp(logp_next_target[b, off + best, j])
-                    if lo == hi:
-                        m += pj
-                    elif lo == z:
-                        m += pj * (hi - bj)
-                    else:
-                        m += pj * (bj - lo)
-            lp = logp[b, off + at, z]
-            ce = -m * lp
-            g = (math.exp(lp) - m) * w * grad_scale / n_branch
-        s[0, z] = ce
-        cuda.syncthreads()
-        _tree_dev(s, 0, z, lanes, 0)
-        loss += s[0, 0]
-        cuda.syncthreads()
-        if z < atoms:
-            dhead[b, z] += g
-            dhead[b, atoms * (1 + off + at) + z] += g
-            for a in range(nA):
-                dhead[b, atoms * (1 + off + a) + z] -= g / nA
-    if z == 0:
+    nA, off = branch_size[br], branch_off[br]
+    at = min(max(actions[b, br], 0), nA - 1)
+    best, best_q = 0, q_next[b, off]
+    for a in range(1, nA):
+        if q_next[b, off + a] > best_q:
+            best, best_q = a, q_next[b, off + a]
+    lo_j = cuda.shared.array(RED_SHAPE, int32)    # row br: source atom j's lower and upper support atom,
+    hi_j = cuda.shared.array(RED_SHAPE, int32)    # its position on the support and its target probability,
+    b_j = cuda.shared.array(RED_SHAPE, float64)   # each computed once, by thread j of the branch
+    p_j = cuda.shared.array(RED_SHAPE, float32)
+    if z < atoms:
+        j = z
+        tz = min(max(r + keep * gamma_n * (v_min + j * dz), v_min), v_max)
+        bj = (tz - v_min) / dz
+        lo_j[br, j] = min(max(int32(math.floor(bj)), 0), atoms - 1)
+        hi_j[br, j] = min(max(int32(math.ceil(bj)), 0), atoms - 1)
+        b_j[br, j] = bj
+        p_j[br, j] = math.exp(logp_next_target[b, off + best, j])
+    cuda.syncthreads()
+    m = float32(0.0)
+    ce = float32(0.0)
+    g = float32(0.0)
+    if z < atoms:
+        # the source atoms that reach atom z have lo(j) in {z - 1, z}; lo(j) never decreases with j
+        # (every step of its float arithmetic is monotone), so they are the range [j0, j1), visited
+        # in ascending order as a loop over every j would: the same sum, bit for bit
+        j0 = _first_at_least(lo_j, br, z - 1, atoms)
+        j1 = _first_at_least(lo_j, br, z + 1, atoms)
+        for j in range(j0, j1):
+            lo, hi, bj = lo_j[br, j], hi_j[br, j], b_j[br, j]
+            if lo == z or hi == z:
+                pj = p_j[br, j]
+                if lo == hi:
+                    m += pj
+                elif lo == z:
+                    m += pj * (hi - bj)
+                else:
+                    m += pj * (bj - lo)
+        lp = logp[b, off + at, z]
+        ce = -m * lp
+        g = (math.exp(lp) - m) * w * grad_scale / n_branch
+        for a in range(nA):  # the taken action's column gets g, every column of the branch -g / nA (each
+            # rounded to float32 as a column's running value was when the loop added into it)
+            dhead[b, atoms * (1 + off + a) + z] = (float32(g) if a == at else float32(0.0)) - g / nA
+        sg[br, z] = g
+    s[br, z] = ce
+    cuda.syncthreads()
+    _tree_dev(s, br, z, lanes, 0)
+    if br == 0 and z < atoms:
+        v = float32(0.0)
+        for c in range(n_branch):
+            v = float32(v + sg[c, z])
+        dhead[b, z] = v
+    if br == 0 and z == 0:
+        loss = float32(0.0)
+        for c in range(n_branch):
+            loss += s[c, 0]
         loss_out[b] = loss / n_branch
+    width = dhead.shape[1]  # the padding columns past the last branch's actions
+    used = atoms * (1 + branch_off[n_branch - 1] + branch_size[n_branch - 1])
+    for c in range(used + z + lanes * br, width, lanes * cuda.blockDim.y):
+        dhead[b, c] = 0.0
 
 
 # ---- NumPy references ----

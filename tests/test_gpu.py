@@ -93,7 +93,7 @@ def test_graph_with_cublas_and_numba_equals_eager(rng, device, blas):
         blas.gemm(h, w2, head)
         hg, hb = c51.head_launch(B, atoms, nb)
         c51.dueling_head_kernel[hg, hb, st](head, head_bias, B, nb, dsizes, doffs, atoms, 3, support, logp, q)
-        c51.c51_loss_kernel[c51.loss_launch(B, atoms) + (st,)](logp, q, logp, acts, rew, done, 0.97, -1.0, 1.0, atoms, isw, nb,
+        c51.c51_loss_kernel[c51.loss_launch(B, atoms, nb) + (st,)](logp, q, logp, acts, rew, done, 0.97, -1.0, 1.0, atoms, isw, nb,
                                                        dsizes, doffs, 1.0 / B, dhead, loss, B)
         blas.gemm(h, dhead, dw2, 1, 0)
         optim.sumsq_partial_kernel[optim.NORM_BLOCKS, 256, st](dw2.reshape(H * W), H * W, parts)

@@ -265,6 +265,33 @@ def test_dueling_head_matches_reference(rng, atoms):
     np.testing.assert_allclose(q.copy_to_host(), rq, rtol=1e-4, atol=1e-5)
 
 
+def test_c51_loss_unequal_branches_and_padded_rows(rng):
+    """Branches of 2, 4 and 3 actions side by side in the block, and gradient rows padded past the last
+    action's columns (as the GPU's 16-byte-aligned head): every column written, the padding zero."""
+    sizes = np.array([2, 4, 3], np.int32)
+    offs = np.array([0, 2, 6], np.int32)
+    B, atoms, v_min, v_max, gamma_n = 4, 11, -2.0, 2.0, 0.9
+    support = np.linspace(v_min, v_max, atoms)
+    W = atoms * (1 + sizes.sum())
+    head, head_next = (rng.normal(0, 1.5, (B, W)) for _ in range(2))
+    logp, _ = c51.dueling_head_ref(head, list(sizes), atoms, support)
+    logp_t, q_next = c51.dueling_head_ref(head_next, list(sizes), atoms, support)
+    acts = np.stack([rng.integers(0, n, B) for n in sizes], 1).astype(np.int32)
+    reward = rng.normal(0, 1.5, B).astype(np.float32)
+    done = (rng.random(B) < 0.3).astype(np.float32)
+    w = rng.uniform(0.2, 1.0, B).astype(np.float32)
+    dhead, loss = poisoned((B, W + 3)), poisoned(B)
+    c51.c51_loss_kernel[c51.loss_launch(B, atoms, 3)](dev(logp.astype(np.float32)), dev(q_next.astype(np.float32)),
+                               dev(logp_t.astype(np.float32)), dev(acts), dev(reward), dev(done), gamma_n, v_min,
+                               v_max, atoms, dev(w), 3, dev(sizes), dev(offs), 1.0 / B, dhead, loss, B)
+    rd, rloss = c51.c51_loss_ref(logp, q_next, logp_t, acts, reward, done, gamma_n, v_min, v_max, atoms, w,
+                                 list(sizes), 1.0 / B)
+    got = dhead.copy_to_host()
+    np.testing.assert_allclose(loss.copy_to_host(), rloss, rtol=1e-4)
+    np.testing.assert_allclose(got[:, :W], rd, rtol=1e-3, atol=1e-6)
+    assert np.all(got[:, W:] == 0)
+
+
 def test_c51_loss_gradient_matches_reference_and_finite_differences(rng):
     B, atoms, v_min, v_max, gamma_n = 5, 11, -2.0, 2.0, 0.97
     support = np.linspace(v_min, v_max, atoms)
@@ -277,7 +304,7 @@ def test_c51_loss_gradient_matches_reference_and_finite_differences(rng):
     done = (rng.random(B) < 0.3).astype(np.float32)
     w = rng.uniform(0.2, 1.0, B).astype(np.float32)
     dhead, loss = poisoned(head.shape), poisoned(B)
-    c51.c51_loss_kernel[c51.loss_launch(B, atoms)](dev(logp.astype(np.float32)), dev(q_next.astype(np.float32)),
+    c51.c51_loss_kernel[c51.loss_launch(B, atoms, 3)](dev(logp.astype(np.float32)), dev(q_next.astype(np.float32)),
                                dev(logp_t.astype(np.float32)), dev(acts), dev(reward), dev(done), gamma_n, v_min,
                                v_max, atoms, dev(w), 3, dev(BRANCHES), dev(OFFSETS), 1.0 / B, dhead, loss, B)
     rd, rloss = c51.c51_loss_ref(logp, q_next, logp_t, acts, reward, done, gamma_n, v_min, v_max, atoms, w,

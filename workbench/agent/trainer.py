@@ -193,9 +193,10 @@ class DeviceTrainer:
     def _learn_tail_steps(self, st):
         S, cfg = self.state, self.cfg
         b, lr, nets, sh = S.batch, S.learner, S.nets, S.shape
-        K_c51.c51_loss_kernel[K_c51.loss_launch(b.size, sh.atoms) + (st,)](
+        nb = len(sh.branch_sizes)
+        K_c51.c51_loss_kernel[K_c51.loss_launch(b.size, sh.atoms, nb) + (st,)](
             nets.s.logp, nets.s2.q, nets.t2.logp, b.actions, b.ret, b.terminal, cfg.gamma ** cfg.n_step, cfg.v_min,
-            cfg.v_max, sh.atoms, b.isw, 3, lr.branch_sizes, lr.branch_offsets, 1.0 / b.size, b.dhead, b.loss, b.size)
+            cfg.v_max, sh.atoms, b.isw, nb, lr.branch_sizes, lr.branch_offsets, 1.0 / b.size, b.dhead, b.loss, b.size)
         yield from nets.s.backward_steps(lr.params, lr.grads, b.obs, b.dhead)
         K_opt.sumsq_partial_kernel[lr.norm_blocks, self.red, st](lr.grads, sh.n_params, lr.partials)
         K_opt.grad_norm_finalize_kernel[1, self.red, st](lr.partials, lr.norm_blocks, cfg.grad_clip, lr.clip)
