@@ -29,13 +29,13 @@ def _load(path: str, name: str):
     return mod
 
 
-def _f32_head(c51):
+def _f32_head(c51, **jit):
     """The experiment: ``dueling_head_kernel``'s layout with float32 arithmetic throughout."""
     from cuda_kernels.nb import cuda, float32, warp_max, warp_sum
 
     HS = c51.HEAD_SLOTS
 
-    @cuda.jit
+    @cuda.jit(**jit)
     def head_f32(head, head_bias, B, n_branch, branch_size, branch_off, atoms, max_actions, support, logp, q):
         b = cuda.blockIdx.x
         if b >= B:
@@ -163,6 +163,11 @@ def main() -> int:
         mods["old"] = _load(args.old, "c51_old")
     res: dict = {"device": d.info.name, "inner": args.inner, "rows": {}}
     f32 = _f32_head(c51)
+    capped = {}
+    for r in (40, 32):
+        capped[("now", r)] = cuda.jit(c51.dueling_head_kernel.signature, max_registers=r)(
+            c51.dueling_head_kernel.py_func)
+        capped[("f32", r)] = _f32_head(c51, max_registers=r)
     outputs: dict = {}
     for rows in (2 * B, B):
         hb = [bufs(rows) for _ in range(P)]
@@ -171,13 +176,20 @@ def main() -> int:
             launch = mod.head_launch(rows, ATOMS, nb)
             variants.append((f"head {name}", mod, mod.dueling_head_kernel, launch))
         variants.append(("head f32", c51, f32, c51.head_launch(rows, ATOMS, nb)))
+        for r in (40, 32):  # occupancy against spills: the registers a thread may use capped
+            variants.append((f"head r{r}", c51, capped[("now", r)], c51.head_launch(rows, ATOMS, nb)))
+            variants.append((f"head f32 r{r}", c51, capped[("f32", r)], c51.head_launch(rows, ATOMS, nb)))
         for name, mod, kern, launch in variants:
             alone = timed([head_call(mod, kern, launch, hb[0], rows)])
             x16 = timed([head_call(mod, kern, launch, b, rows) for b in hb])
             d.synchronize()
             outputs[(name, rows)] = (hb[0]["logp"].copy_to_host(), hb[0]["q"].copy_to_host())
-            res["rows"][f"{name} {rows} rows"] = {"alone_us": alone, "x16_us_per_agent": x16}
-            print(f"{name:10s} {rows:5d} rows: alone {alone:7.2f} us, 16 lanes {x16:7.2f} us per agent", flush=True)
+            disp = getattr(kern, "dispatcher", kern)
+            regs = max(disp.get_regs_per_thread().values()) if isinstance(disp.get_regs_per_thread(), dict) \
+                else disp.get_regs_per_thread()
+            res["rows"][f"{name} {rows} rows"] = {"alone_us": alone, "x16_us_per_agent": x16, "regs": regs}
+            print(f"{name:12s} {rows:5d} rows: alone {alone:7.2f} us, 16 lanes {x16:7.2f} us per agent, "
+                  f"{regs} registers per thread", flush=True)
         now = outputs[("head now", rows)]
         if "old" in mods:
             same = all(np.array_equal(x, y) for x, y in zip(now, outputs[("head old", rows)]))
@@ -193,7 +205,10 @@ def main() -> int:
         x16 = timed([loss_call(mod, launch, lb) for lb in lbs])
         d.synchronize()
         outputs[("loss", name)] = (lbs[0]["dhead"].copy_to_host(), lbs[0]["loss"].copy_to_host())
-        res["rows"][f"loss {name} {B} samples"] = {"alone_us": alone, "x16_us_per_agent": x16}
+        regs = mod.c51_loss_kernel.dispatcher.get_regs_per_thread()
+        regs = max(regs.values()) if isinstance(regs, dict) else regs
+        res["rows"][f"loss {name} {B} samples"] = {"alone_us": alone, "x16_us_per_agent": x16, "regs": regs}
+        print(f"loss {name}: {regs} registers per thread")
         print(f"loss {name:5s} {B} samples: alone {alone:7.2f} us, 16 lanes {x16:7.2f} us per agent", flush=True)
     if "old" in mods:
         same = all(np.array_equal(x, y) for x, y in zip(outputs[("loss", "now")], outputs[("loss", "old")]))
