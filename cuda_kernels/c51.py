@@ -44,7 +44,10 @@ def head_launch(B: int, atoms: int, n_branch: int) -> tuple[int, tuple[int, int]
 
 def loss_launch(B: int, atoms: int, n_branch: int) -> tuple[int, tuple[int, int]]:
     """(grid, block) of ``c51_loss_kernel``: one block per sample, a thread per lane of the tree's width
-    for each branch."""
+    for each branch (each branch has its own row of the kernel's shared arrays: at most MAX_BRANCHES)."""
+    if not 1 <= n_branch <= MAX_BRANCHES or atoms > MAX_ATOMS:
+        raise ValueError(f"the C51 loss holds 1..{MAX_BRANCHES} branches of at most {MAX_ATOMS} atoms, "
+                         f"not {n_branch} of {atoms}")
     return B, (_tree_width(atoms), n_branch)
 
 

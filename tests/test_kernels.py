@@ -290,6 +290,8 @@ def test_c51_loss_unequal_branches_and_padded_rows(rng):
     np.testing.assert_allclose(loss.copy_to_host(), rloss, rtol=1e-4)
     np.testing.assert_allclose(got[:, :W], rd, rtol=1e-3, atol=1e-6)
     assert np.all(got[:, W:] == 0)
+    with pytest.raises(ValueError, match="1..4 branches"):  # one shared row per branch
+        c51.loss_launch(B, atoms, 5)
 
 
 def test_c51_loss_gradient_matches_reference_and_finite_differences(rng):
