@@ -15,11 +15,10 @@ import argparse
 import importlib.util
 import json
 import math
-import statistics
 
 import numpy as np
 
-from train_step import ATOMS, B, BRANCHES
+from train_step import ATOMS, B, BRANCHES, ms_per_step
 
 
 def _load(path: str, name: str):
@@ -148,15 +147,7 @@ def main() -> int:
             g = d.capture(lambda st: [fns[0](st) for _ in range(inner)])
         else:
             g = d.capture_lanes(lanes, [lambda st, f=f: [f(st) for _ in range(inner)] for f in fns])
-        g.replay(2)
-        d.synchronize()
-        out = []
-        for _ in range(5):
-            e0 = d.event().record()
-            g.replay(4)
-            e1 = d.event().record()
-            out.append(e0.elapsed_ms(e1) * 1e3 / (4 * inner * len(fns)))
-        return statistics.median(out)
+        return 1e3 * ms_per_step(d, lambda: g.replay(4), 4 * inner * len(fns))
 
     mods = {"now": c51}
     if args.old:
