@@ -84,11 +84,15 @@ class Kernel:
     float64. This wrapper does neither: ``kernel[grid, block, stream](...)`` compiles once with
     ``signature`` (argument values are cast to it), and ``compile_ptx()`` checks the same signature
     without a GPU. Numba keeps the loaded module per device; we never reset a context in-process.
+
+    ``jit`` holds further ``cuda.jit`` options for the device build (``max_registers``: a cap that buys
+    occupancy for a kernel bound by it, measured before it is set); the simulator ignores them.
     """
 
-    def __init__(self, py_func, signature):
+    def __init__(self, py_func, signature, **jit):
         self.py_func = py_func
         self.signature = signature
+        self.jit = {} if SIMULATOR else jit
         self.__name__ = py_func.__name__
         self.__doc__ = py_func.__doc__
         self._dispatcher = None
@@ -96,7 +100,7 @@ class Kernel:
     @property
     def dispatcher(self):
         if self._dispatcher is None:
-            self._dispatcher = cuda.jit(self.signature, cache=CACHE and not SIMULATOR)(self.py_func)
+            self._dispatcher = cuda.jit(self.signature, cache=CACHE and not SIMULATOR, **self.jit)(self.py_func)
         return self._dispatcher
 
     def __getitem__(self, launch_config):
@@ -111,6 +115,7 @@ class Kernel:
             overload.bind()
 
     def compile_ptx(self, cc=(9, 0)) -> str:
+        # a register cap is ptxas's (-maxrregcount at link), not the PTX's: the PTX is the same without it
         ptx, _ = cuda.compile_ptx(self.py_func, self.signature, cc=cc)
         return ptx
 
@@ -118,11 +123,11 @@ class Kernel:
 KERNELS: list[Kernel] = []
 
 
-def kernel(signature):
-    """Decorator: declare a kernel with the signature it is launched with."""
+def kernel(signature, **jit):
+    """Decorator: declare a kernel with the signature it is launched with (``jit``: see :class:`Kernel`)."""
 
     def wrap(fn):
-        k = Kernel(fn, signature)
+        k = Kernel(fn, signature, **jit)
         KERNELS.append(k)
         return k
 

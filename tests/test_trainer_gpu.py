@@ -78,9 +78,10 @@ def test_walkforward_in_populations_equals_one_fold_at_a_time(bars):
             print(f"batched vs alone: max |params difference| / max |param| = {dev:.2e}; losses {lx} vs {lz}")
             # the stated tolerance: TF32 products added in another order move the loss by ~1e-4 (relative);
             # Adam turns such differences in near-zero gradients into steps of the learning rate's size, so
-            # after 60 updates the weights differ by up to ~5e-3 of the largest weight (measured on the H200)
+            # after 60 updates the weights differ by up to ~5e-3 of the largest weight and the second
+            # epoch's mean loss by up to 2.4e-3 (relative) (measured on the H200): bounds ~4x those
             assert dev < 2e-2
-            np.testing.assert_allclose(lx, lz, rtol=1e-3)
+            np.testing.assert_allclose(lx, lz, rtol=1e-2)
 
 
 def test_test_q_is_the_kept_weights_q_and_a_one_seed_ensemble_is_the_agent(bars):

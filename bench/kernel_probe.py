@@ -1,0 +1,175 @@
+"""Our kernels of the update at the reference shape, alone and 16 at once, against another tree's (#16, #15).
+
+Times ``cuda_kernels.c51``'s ``dueling_head_kernel`` (2048 rows: the online forward on s and s'; 1024
+rows: the target's on s'), ``c51_loss_kernel`` (1024 samples) and ``dense.bias_act_backward_kernel``
+(1024 rows of 512 hidden units with the ReLU's gradient; 510 head columns without), each launched
+``--inner`` times in a graph of its own, on one stream (``alone``: what one agent's update pays) and on
+16 lanes side by side (``x16``: what a saturated population pays per agent), with the registers a thread
+uses. With ``--old DIR`` (another tree's ``cuda_kernels``) the same for that tree's kernels and the
+largest difference between both trees' outputs (0 when they agree bit for bit). Variants that are not
+the kernels' own launch (other register caps, other block shapes) are marked as such.
+Usage (on the GPU machine): python bench/kernel_probe.py [--old .before2/cuda_kernels] [--json OUT]
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+
+import numpy as np
+
+from train_step import ATOMS, BRANCHES, B, H, ms_per_step
+
+
+def _load(path: str, name: str):
+    spec = importlib.util.spec_from_file_location(f"cuda_kernels.{name}", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _regs(kern) -> int:
+    disp = getattr(kern, "dispatcher", kern)
+    regs = disp.get_regs_per_thread()
+    return max(regs.values()) if isinstance(regs, dict) else regs
+
+
+def _maxdiff(x: tuple, y: tuple) -> float:
+    return max(float(np.max(np.abs(a.astype(np.float64) - b))) for a, b in zip(x, y))
+
+
+def main() -> int:
+    from numba import cuda
+
+    from cuda_kernels import c51, dense
+    from workbench.device import Device
+
+    a = argparse.ArgumentParser()
+    a.add_argument("--old", help="another tree's cuda_kernels directory, timed and compared")
+    a.add_argument("--inner", type=int, default=50)
+    a.add_argument("--json")
+    args = a.parse_args()
+    d = Device()
+    rng = np.random.default_rng(0)
+    nb, A = len(BRANCHES), sum(BRANCHES)
+    W = ATOMS * (1 + A)
+    cols = (W + 3) // 4 * 4
+    sizes, offs = np.array(BRANCHES, np.int32), np.array(np.cumsum((0,) + BRANCHES)[:-1], np.int32)
+    support = np.linspace(-10, 10, ATOMS).astype(np.float32)
+    lanes = [d.lane() for _ in range(16)]
+    P = len(lanes)
+    consts = [cuda.to_device(x) for x in (sizes, offs, support)]
+    res: dict = {"device": d.info.name, "inner": args.inner, "kernels": {}, "max_abs_diff_vs_old": {}}
+
+    def timed(fns) -> float:
+        """us per launch per agent: each of ``fns`` (one per lane; one alone) launched ``inner`` times."""
+        inner = args.inner
+        if len(fns) == 1:
+            g = d.capture(lambda st: [fns[0](st) for _ in range(inner)])
+        else:
+            g = d.capture_lanes(lanes, [lambda st, f=f: [f(st) for _ in range(inner)] for f in fns])
+        return 1e3 * ms_per_step(d, lambda: g.replay(4), 4 * inner * len(fns))
+
+    def run(label, make, bufs, kern, outputs_of, reset=None):
+        """One launch of ``make(buf)`` on bufs[0] on the device's stream (``reset`` first puts its inputs
+        back), its outputs read back (``outputs_of``); then ``make`` timed on bufs[0] alone and on 16 lanes."""
+        if reset is not None:
+            reset(bufs[0])
+        make(bufs[0])(d.stream)  # also loads the kernel before any capture
+        d.synchronize()
+        out = outputs_of(bufs[0])
+        alone = timed([make(bufs[0])])
+        x16 = timed([make(b) for b in bufs])
+        d.synchronize()
+        regs = _regs(kern)
+        res["kernels"][label] = {"alone_us": alone, "x16_us_per_agent": x16, "regs": regs}
+        print(f"{label:34s} alone {alone:7.2f} us, 16 lanes {x16:7.2f} us per agent, {regs} registers", flush=True)
+        return out
+
+    kmods = {"now": (c51, dense)}
+    if args.old:
+        kmods["old"] = (_load(f"{args.old}/c51.py", "c51_old"), _load(f"{args.old}/dense.py", "dense_old"))
+
+    # ---- the dueling head: inputs read only, so outputs compare after timing ----
+    for rows in (2 * B, B):
+        hb = []
+        for _ in range(P):
+            h = np.zeros((rows, cols), np.float32)
+            h[:, :W] = rng.normal(0, 0.7, (rows, W))
+            hb.append({"head": cuda.to_device(h), "bias": cuda.to_device(rng.normal(0, 0.2, cols).astype(np.float32)),
+                       "logp": cuda.device_array((rows, A, ATOMS), np.float32),
+                       "q": cuda.device_array((rows, A), np.float32)})
+        variants = [(f"head {n} {rows} rows", m[0].dueling_head_kernel, m[0].head_launch(rows, ATOMS, nb))
+                    for n, m in kmods.items()]
+        for r in (32, 48, 64):  # occupancy against spills: other caps than the kernel's own
+            variants.append((f"head now r{r} (variant) {rows} rows",
+                             cuda.jit(c51.dueling_head_kernel.signature, max_registers=r)(c51.dueling_head_kernel.py_func),
+                             c51.head_launch(rows, ATOMS, nb)))
+        outputs = {}
+        for label, kern, launch in variants:
+            def make(buf, kern=kern, launch=launch):
+                return lambda st: kern[launch + (st,)](buf["head"], buf["bias"], rows, nb, consts[0], consts[1], ATOMS,
+                                                       max(BRANCHES), consts[2], buf["logp"], buf["q"])
+            outputs[label] = run(label, make, hb, kern, lambda buf: (buf["logp"].copy_to_host(), buf["q"].copy_to_host()))
+        if "old" in kmods:
+            diff = _maxdiff(outputs[f"head now {rows} rows"], outputs[f"head old {rows} rows"])
+            res["max_abs_diff_vs_old"][f"head {rows} rows (logp, q)"] = diff
+            print(f"head {rows} rows: max |now - old| {diff:.3g}")
+
+    # ---- the C51 loss: inputs read only ----
+    lbs = []
+    for _ in range(P):
+        logp = np.log(rng.dirichlet(np.ones(ATOMS), (B, A))).astype(np.float32)
+        lbs.append({"logp": cuda.to_device(logp), "qn": cuda.to_device(rng.normal(0, 1, (B, A)).astype(np.float32)),
+                    "lpt": cuda.to_device(logp[rng.permutation(B)]),
+                    "acts": cuda.to_device(rng.integers(0, 3, (B, nb)).astype(np.int32)),
+                    "rew": cuda.to_device(rng.normal(0, 2, B).astype(np.float32)),
+                    "done": cuda.to_device((rng.random(B) < 0.05).astype(np.float32)),
+                    "w": cuda.to_device(rng.uniform(0.3, 1, B).astype(np.float32)),
+                    "dhead": cuda.device_array((B, cols), np.float32), "loss": cuda.device_array(B, np.float32)})
+    outputs = {}
+    for n, (m, _) in kmods.items():
+        launch = m.loss_launch(B, ATOMS, nb)
+
+        def make(lb, m=m, launch=launch):
+            return lambda st: m.c51_loss_kernel[launch + (st,)](
+                lb["logp"], lb["qn"], lb["lpt"], lb["acts"], lb["rew"], lb["done"], 0.99 ** 3, -10.0, 10.0, ATOMS,
+                lb["w"], nb, consts[0], consts[1], 1.0 / B, lb["dhead"], lb["loss"], B)
+        outputs[n] = run(f"loss {n} {B} samples", make, lbs, m.c51_loss_kernel,
+                         lambda lb: (lb["dhead"].copy_to_host(), lb["loss"].copy_to_host()))
+    if "old" in kmods:
+        diff = _maxdiff(outputs["now"], outputs["old"])
+        res["max_abs_diff_vs_old"]["loss (dhead, loss)"] = diff
+        print(f"loss: max |now - old| {diff:.3g}")
+
+    # ---- the bias gradient: dY is changed in place (by the ReLU's mask: idempotent), so each output is
+    # read after one launch from the same inputs ----
+    for N, act, what in ((H, dense.ACT_RELU, "hidden, ReLU"), (W, dense.ACT_IDENTITY, "head")):
+        ld = (N + 3) // 4 * 4
+        dY0 = rng.normal(0, 1, (B, ld)).astype(np.float32)
+        Y = cuda.to_device(np.maximum(rng.normal(0, 1, (B, ld)), 0).astype(np.float32))
+        bb = [{"dY": cuda.to_device(dY0), "db": cuda.device_array(N, np.float32)} for _ in range(P)]
+        variants = [(f"bias grad {n} {what} {B}x{N}", m[1].bias_act_backward_kernel,
+                     m[1].bias_backward_launch(N, False)) for n, m in kmods.items()]
+        for blk in ((8, 64), (16, 64), (4, 256)):
+            variants.append((f"bias grad now {blk} (variant) {what}", dense.bias_act_backward_kernel,
+                             ((N + blk[0] - 1) // blk[0], blk)))
+        outputs = {}
+        for label, kern, launch in variants:
+            def make(buf, kern=kern, launch=launch):
+                return lambda st: kern[launch + (st,)](buf["dY"], Y, buf["db"], B, N, act)
+            outputs[label] = run(label, make, bb, kern, lambda buf: (buf["dY"].copy_to_host(), buf["db"].copy_to_host()),
+                                 reset=lambda buf: buf["dY"].copy_to_device(dY0, stream=d.stream))
+        d_want, _ = dense.bias_act_backward_ref(dY0[:, :N], Y.copy_to_host()[:, :N], act)
+        want = (d_want, d_want.astype(np.float64).sum(axis=0))
+        for label, out in outputs.items():
+            err = _maxdiff((out[0][:, :N], out[1]), want)
+            res["kernels"][label]["max_abs_err_vs_float64"] = err
+            print(f"{label}: max |out - float64 reference| {err:.3g}")
+    if args.json:
+        json.dump(res, open(args.json, "w"), indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
