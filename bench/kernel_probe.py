@@ -148,16 +148,21 @@ def main() -> int:
         ld = (N + 3) // 4 * 4
         dY0 = rng.normal(0, 1, (B, ld)).astype(np.float32)
         Y = cuda.to_device(np.maximum(rng.normal(0, 1, (B, ld)), 0).astype(np.float32))
-        bb = [{"dY": cuda.to_device(dY0), "db": cuda.device_array(N, np.float32)} for _ in range(P)]
-        variants = [(f"bias grad {n} {what} {B}x{N}", m[1].bias_act_backward_kernel,
-                     m[1].bias_backward_launch(N, False)) for n, m in kmods.items()]
-        for blk in ((8, 64), (16, 64), (4, 256)):
-            variants.append((f"bias grad now {blk} (variant) {what}", dense.bias_act_backward_kernel,
-                             ((N + blk[0] - 1) // blk[0], blk)))
+        bb = [{"dY": cuda.to_device(dY0), "db": cuda.device_array(N, np.float32),
+               "partial": cuda.device_array((64, N), np.float32), "arrivals": cuda.to_device(np.zeros(64, np.int32))}
+              for _ in range(P)]
+        variants = [(f"bias grad {n} {what} {B}x{N}", m[1], m[1].bias_backward_launch(N, False)) for n, m in kmods.items()]
+        for blk, slices in (((32, 16), 4), ((32, 4), 16), ((16, 8), 8), ((32, 8), 16)):
+            variants.append((f"bias grad now {blk}x{slices} slices (variant) {what}", dense,
+                             (((N + blk[0] - 1) // blk[0], slices), blk)))
         outputs = {}
-        for label, kern, launch in variants:
-            def make(buf, kern=kern, launch=launch):
-                return lambda st: kern[launch + (st,)](buf["dY"], Y, buf["db"], B, N, act)
+        for label, mod, launch in variants:
+            kern = mod.bias_act_backward_kernel
+            scratch = hasattr(mod, "BWD_SLICES")  # a tree from before the row slices takes no scratch
+
+            def make(buf, kern=kern, launch=launch, scratch=scratch):
+                extra = (buf["partial"], buf["arrivals"]) if scratch else ()
+                return lambda st: kern[launch + (st,)](buf["dY"], Y, buf["db"], B, N, act, *extra)
             outputs[label] = run(label, make, bb, kern, lambda buf: (buf["dY"].copy_to_host(), buf["db"].copy_to_host()),
                                  reset=lambda buf: buf["dY"].copy_to_device(dY0, stream=d.stream))
         d_want, _ = dense.bias_act_backward_ref(dY0[:, :N], Y.copy_to_host()[:, :N], act)

@@ -101,29 +101,44 @@ def bias_act_launch(M: int, N: int, simulator: bool) -> tuple[tuple[int, int], i
     return ((N + tpb - 1) // tpb, max(1, rows)), tpb
 
 
-BWD_TILE = 32  # columns per block; the block is (columns, row groups), at most 32 x 32
-BWD_SMEM = (32, 33)  # a compile-time shape (one pad column against bank conflicts)
+BWD_BLOCK = (32, 8)  # (columns, row groups) of a block on the GPU: a warp reads a row's 128 bytes whole
+BWD_SLICES = 8  # blocks per 32 columns on the GPU, each over its own slice of the rows
+BWD_SMEM = 1024  # the block's partial sums, one per thread (a compile-time shape)
 
 
-@kernel(void(float32[:, ::1], float32[:, ::1], float32[::1], int64, int64, int32))
-def bias_act_backward_kernel(dY, Y, dbias, M, N, act):
+@kernel(void(float32[:, ::1], float32[:, ::1], float32[::1], int64, int64, int32, float32[:, ::1], int32[::1]))
+def bias_act_backward_kernel(dY, Y, dbias, M, N, act, partial, arrivals):
     """In place dY <- dY * act'(Y) (Y is the activation's output); dbias[j] = sum_i of the result.
 
-    Block (bx, by) <= (32, 32): bx columns side by side (coalesced rows), by row groups; thread (x, y)
-    sums rows y, y + by, ... of its column, then the block adds the by partial sums of each column in a
-    fixed order: deterministic, and by times more parallel than one thread per column (which left the
-    GPU waiting on one chain of M loads per column)."""
+    Grid (column tiles, row slices), block (bx, by) with by a power of two: block (t, r) takes bx columns
+    side by side and the r-th of ``gridDim.y`` equal slices of the rows; thread (x, y) sums rows y,
+    y + by, ... of its column in the slice, then the block adds the by partial sums of each column in a
+    tree over shared memory (row group g with g + by / 2, then + by / 4, ...) and writes them to
+    ``partial[r]``. The last block of a column tile to finish (counted in ``arrivals[t]``, which it
+    sets back to 0 for the next launch) adds the slices' sums in slice order: deterministic whatever
+    order the blocks ran in. On the H200 32 columns by 8 slices made 128 blocks at 512 columns where
+    one block per 32 columns made 16 (most SMs idle for one agent alone), and a warp reads whole
+    128-byte rows (narrower tiles made 16 agents at once twice as slow).
+    ``partial``: [gridDim.y, >= N] scratch; ``arrivals``: [>= gridDim.x] zeros before the first launch."""
     s = cuda.shared.array(BWD_SMEM, float32)
+    last = cuda.shared.array(1, int32)
     tx = cuda.threadIdx.x
     ty = cuda.threadIdx.y
+    bx = cuda.blockDim.x
     by = cuda.blockDim.y
-    j = cuda.blockIdx.x * cuda.blockDim.x + tx
+    tile = cuda.blockIdx.x
+    sl = cuda.blockIdx.y
+    slices = cuda.gridDim.y
+    chunk = (M + slices - 1) // slices
+    r0 = sl * chunk
+    r1 = min(M, r0 + chunk)
+    j = tile * bx + tx
     acc = float32(0.0)
     if j < N:
         # four rows of the thread's chain loaded before they are added: the loads overlap instead of
         # waiting one after another, and acc adds them in the same order as a row-by-row loop
-        i = ty
-        while i + 3 * by < M:
+        i = r0 + ty
+        while i + 3 * by < r1:
             d0, d1, d2, d3 = dY[i, j], dY[i + by, j], dY[i + 2 * by, j], dY[i + 3 * by, j]
             if act == ACT_RELU:
                 if Y[i, j] <= 0:
@@ -140,7 +155,7 @@ def bias_act_backward_kernel(dY, Y, dbias, M, N, act):
             acc += d2
             acc += d3
             i += 4 * by
-        while i < M:
+        while i < r1:
             d = dY[i, j]
             if act == ACT_RELU:
                 if Y[i, j] <= 0:
@@ -148,19 +163,42 @@ def bias_act_backward_kernel(dY, Y, dbias, M, N, act):
                 dY[i, j] = d
             acc += d
             i += by
-    s[ty, tx] = acc
+    s[ty * bx + tx] = acc
     cuda.syncthreads()
+    half = by // 2
+    while half > 0:
+        if ty < half:
+            s[ty * bx + tx] += s[(ty + half) * bx + tx]
+        cuda.syncthreads()
+        half //= 2
     if ty == 0 and j < N:
-        total = float32(0.0)
-        for k in range(by):
-            total += s[k, tx]
-        dbias[j] = total
+        partial[sl, j] = s[tx]
+    cuda.threadfence()  # this block's sums visible device-wide before it is counted
+    cuda.syncthreads()
+    if tx == 0 and ty == 0:
+        last[0] = 1 if cuda.atomic.add(arrivals, tile, 1) == slices - 1 else 0
+    cuda.syncthreads()
+    if last[0] == 1:
+        if ty == 0 and j < N:
+            total = float32(0.0)
+            for r in range(slices):
+                total += partial[r, j]
+            dbias[j] = total
+        if tx == 0 and ty == 0:
+            arrivals[tile] = 0
 
 
-def bias_backward_launch(N: int, simulator: bool) -> tuple[int, tuple[int, int]]:
-    """(grid, block) for ``bias_act_backward_kernel``: small blocks in the simulator."""
-    block = (8, 4) if simulator else (BWD_TILE, BWD_TILE)
-    return ((N + block[0] - 1) // block[0], block)
+def bias_backward_launch(N: int, simulator: bool) -> tuple[tuple[int, int], tuple[int, int]]:
+    """(grid, block) for ``bias_act_backward_kernel`` over N columns (small blocks in the simulator)."""
+    block, slices = ((8, 4), 3) if simulator else (BWD_BLOCK, BWD_SLICES)
+    return ((N + block[0] - 1) // block[0], slices), block
+
+
+def bias_backward_scratch_shapes(N: int, simulator: bool) -> tuple[tuple[int, int], int]:
+    """The shapes of ``bias_act_backward_kernel``'s ``partial`` (float32) and ``arrivals`` (int32, zeros)
+    for launches over at most N columns (one scratch serves the launches of one stream in turn)."""
+    (tiles, slices), _ = bias_backward_launch(N, simulator)
+    return (slices, N), tiles
 
 
 def gemm_ref(A, B, C, trans_a, trans_b, alpha, beta):

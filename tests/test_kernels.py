@@ -221,8 +221,12 @@ def test_gemm_transposes_and_beta(rng, ta, tb):
     np.testing.assert_allclose(P.copy_to_host(), dense.gemm_ref(A, B, C0, ta, tb, 1.0, 0.0), rtol=1e-4, atol=1e-4)
 
 
-def test_bias_relu_and_backward(rng):
-    M, N = 13, 21
+@pytest.mark.parametrize("bwd_launch", [None, ((4, 16), 2), ((8, 2), 5)])  # the launch's own; other shapes
+def test_bias_relu_and_backward(rng, bwd_launch):
+    """Bias + ReLU, and its backward: the ReLU's gradient in place and the bias gradient, summed over row
+    slices by blocks of their own and added by the last block of each column tile; the arrival counts
+    are left at zero, so a second launch (a graph replayed) gives the same sums bit for bit."""
+    M, N = 45, 21
     Y0 = rng.normal(size=(M, N)).astype(np.float32)
     b = rng.normal(size=N).astype(np.float32)
     Y = dev(Y0)
@@ -231,13 +235,22 @@ def test_bias_relu_and_backward(rng):
     post = Y.copy_to_host()
     np.testing.assert_allclose(post, dense.bias_act_ref(Y0, b, dense.ACT_RELU), rtol=1e-6)
     grid, block = dense.bias_backward_launch(N, SIMULATOR)
-    for act in (dense.ACT_RELU, dense.ACT_IDENTITY):  # 13 rows: unrolled chains and tails both run
+    if bwd_launch is not None:
+        block, slices = bwd_launch
+        grid = ((N + block[0] - 1) // block[0], slices)
+    arrivals = dev(np.zeros(grid[0], np.int32))
+    for act in (dense.ACT_RELU, dense.ACT_IDENTITY):  # 45 rows: unrolled chains and tails both run
         dY0 = rng.normal(size=(M, N)).astype(np.float32)
-        dY, db = dev(dY0), poisoned(N)
-        dense.bias_act_backward_kernel[grid, block](dY, dev(post), db, M, N, act)
         want_d, want_db = dense.bias_act_backward_ref(dY0, post, act)
-        np.testing.assert_allclose(dY.copy_to_host(), want_d, rtol=1e-6)
-        np.testing.assert_allclose(db.copy_to_host(), want_db, rtol=1e-5, atol=1e-6)
+        sums = []
+        for _ in range(2):
+            dY, db, partial = dev(dY0), poisoned(N), poisoned((grid[1], N))
+            dense.bias_act_backward_kernel[grid, block](dY, dev(post), db, M, N, act, partial, arrivals)
+            np.testing.assert_allclose(dY.copy_to_host(), want_d, rtol=1e-6)
+            np.testing.assert_allclose(db.copy_to_host(), want_db, rtol=1e-5, atol=1e-6)
+            assert not arrivals.copy_to_host().any()
+            sums.append(db.copy_to_host())
+        assert np.array_equal(sums[0], sums[1])
 
 
 # ---- C51 head and loss ----

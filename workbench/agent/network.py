@@ -166,6 +166,11 @@ class DeviceNetwork:
         self.mask1, self.mask2 = ((cuda.device_array((rows, nbytes), np.uint8, stream=s),
                                    cuda.device_array((rows, nbytes), np.uint8, stream=s))
                                   if self.fused and masks else (None, None))
+        # the bias-gradient kernel's scratch (its row slices' sums, and its per-tile arrival counts, which
+        # every launch leaves at zero): one for this network's backward launches, which run in turn
+        part_shape, tiles = dense.bias_backward_scratch_shapes(max(H, shape.head_width), device.simulator)
+        self.bwd_scratch = (cuda.device_array(part_shape, np.float32, stream=s),
+                            cuda.to_device(np.zeros(tiles, np.int32), stream=s))
         self.view_of = None
 
     @property
@@ -174,7 +179,8 @@ class DeviceNetwork:
         if self.view_of is not None:
             return 0
         return sum(int(a.size) * int(a.dtype.itemsize) for a in (self.h1, self.h2, self.head, self.logp, self.q,
-                                                                  self.d2, self.d1, self.mask1, self.mask2)
+                                                                  self.d2, self.d1, self.mask1, self.mask2,
+                                                                  *self.bwd_scratch)
                    if a is not None)
 
     @property
@@ -225,12 +231,13 @@ class DeviceNetwork:
         fb = self.fuses_backward
         gw, bw = dense.bias_backward_launch(sh.head_width, self.device.simulator)
         dense.bias_act_backward_kernel[gw, bw, st](dhead, self.head, g["b3"], self.rows, sh.head_width,
-                                                  dense.ACT_IDENTITY)
+                                                  dense.ACT_IDENTITY, *self.bwd_scratch)
         yield Gemm(self.h2, dhead, g["W3"], 1, 0, self.gemm)
-        yield Gemm(dhead, p["W3"], self.d2, 0, 1, self.gemm, Epilogue(DRELU_BGRAD, g["b2"], self.h2, self.mask2, fb, d))
+        yield Gemm(dhead, p["W3"], self.d2, 0, 1, self.gemm,
+                   Epilogue(DRELU_BGRAD, g["b2"], self.h2, self.mask2, fb, d, self.bwd_scratch))
         yield Gemm(self.h1, self.d2, g["W2"], 1, 0, self.gemm)
         yield Gemm(self.d2, p["W2"], self.d1, 0, 1, self.gemm,
-                   Epilogue(DRELU_BGRAD, g["b1"], self.h1, self.mask1, fb, d))
+                   Epilogue(DRELU_BGRAD, g["b1"], self.h1, self.mask1, fb, d, self.bwd_scratch))
         yield Gemm(x, self.d1, g["W1"], 1, 0, self.gemm)
 
 
@@ -247,7 +254,8 @@ class Epilogue(NamedTuple):
     with ``out`` the layer's forward output, and ``bias`` receives ``C``'s column sums, the bias gradient).
     ``fused``: inside the GEMM (cuBLASLt, :mod:`workbench.cublaslt`), the ReLU passing from forward to
     backward as the bit ``mask`` (None where nothing backpropagates through this forward); else our
-    bias kernel after the GEMM, on the network's ``device`` stream (:meth:`unfused`), reading ``out``."""
+    bias kernel after the GEMM, on the network's ``device`` stream (:meth:`unfused`), reading ``out``;
+    ``scratch``: the network's bias-gradient scratch (``drelu_bgrad`` only)."""
 
     kind: str
     bias: object
@@ -255,6 +263,7 @@ class Epilogue(NamedTuple):
     mask: object
     fused: bool
     device: object
+    scratch: tuple | None = None
 
     def unfused(self, C) -> None:
         """Our kernel for this epilogue on ``C``, enqueued on the network's stream."""
@@ -265,7 +274,7 @@ class Epilogue(NamedTuple):
             dense.bias_act_kernel[gh, th, st](C, self.bias, M, N, dense.ACT_RELU)
         else:
             gh, bh = dense.bias_backward_launch(N, sim)
-            dense.bias_act_backward_kernel[gh, bh, st](C, self.out, self.bias, M, N, dense.ACT_RELU)
+            dense.bias_act_backward_kernel[gh, bh, st](C, self.out, self.bias, M, N, dense.ACT_RELU, *self.scratch)
 
 
 class Gemm(NamedTuple):
