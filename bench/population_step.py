@@ -90,8 +90,8 @@ def _pieces(t) -> dict:
             "forward s and s' (online, stacked)": lambda _s: nets.online.forward(lr.params, b.obs_pair),
             "forward s and s', its 3 GEMMs only": lambda _s: _gemms(t, lr.params, b.obs_pair),
             "forward s' (target)": lambda _s: nets.t2.forward(lr.target, b.obs_next),
-            "loss + backward + grad norm": lambda s: (t._update_learn_tail(s)),
-            "finish (guard, Adam, priorities, EMA)": t._update_finish}
+            "loss + backward + grad norm + guard": lambda s: (t._update_learn_tail(s)),
+            "finish (Adam with EMA, priorities)": t._update_finish}
 
 
 def _gemms(t, params, x) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .nb import cuda, kernel, float32, int32, int64, void
+from .nb import cuda, kernel, float32, int32, int64, last_to_arrive, void
 
 BM, BN, BK, TM, TN = 64, 64, 16, 4, 4
 THREADS = (16, 16)
@@ -119,7 +119,8 @@ def bias_act_backward_kernel(dY, Y, dbias, M, N, act, partial, arrivals):
     order the blocks ran in. On the H200 32 columns by 8 slices made 128 blocks at 512 columns where
     one block per 32 columns made 16 (most SMs idle for one agent alone), and a warp reads whole
     128-byte rows (narrower tiles made 16 agents at once twice as slow).
-    ``partial``: [gridDim.y, >= N] scratch; ``arrivals``: [>= gridDim.x] zeros before the first launch."""
+    ``partial``: [gridDim.y, >= N] scratch; ``arrivals``: [>= gridDim.x] zeros before the first launch
+    (:func:`cuda_kernels.nb.last_to_arrive`)."""
     s = cuda.shared.array(BWD_SMEM, float32)
     last = cuda.shared.array(1, int32)
     tx = cuda.threadIdx.x
@@ -173,19 +174,12 @@ def bias_act_backward_kernel(dY, Y, dbias, M, N, act, partial, arrivals):
         half //= 2
     if ty == 0 and j < N:
         partial[sl, j] = s[tx]
-    cuda.threadfence()  # this block's sums visible device-wide before it is counted
-    cuda.syncthreads()
-    if tx == 0 and ty == 0:
-        last[0] = 1 if cuda.atomic.add(arrivals, tile, 1) == slices - 1 else 0
-    cuda.syncthreads()
-    if last[0] == 1:
+    if last_to_arrive(arrivals, tile, slices, last):
         if ty == 0 and j < N:
             total = float32(0.0)
             for r in range(slices):
                 total += partial[r, j]
             dbias[j] = total
-        if tx == 0 and ty == 0:
-            arrivals[tile] = 0
 
 
 def bias_backward_launch(N: int, simulator: bool) -> tuple[tuple[int, int], tuple[int, int]]:

@@ -6,9 +6,9 @@ inside a WHILE node whose condition this kernel sets on the device after each pa
 this one kernel is CUDA C++ compiled at run time by NVRTC (cuda-bindings' ``nvrtc``); it runs on one
 thread and costs one node per pass.
 
-Each pass: ``count += 1``; the loop goes on while ``count < n`` and ``guard == 0`` (the training guard
-of :func:`cuda_kernels.optim.guard_kernel`, or a buffer that stays zero); when it stops, ``count`` is
-put back to 0 so the next launch starts afresh. The WHILE node enters its body once per launch
+Each pass: ``count += 1``; the loop goes on while ``count < n`` and ``guard == 0`` (the training
+guard of :func:`cuda_kernels.optim.grad_norm_guard_kernel`, or a buffer that stays zero); when it
+stops, ``count`` is put back to 0 so the next launch starts afresh. The WHILE node enters its body once per launch
 (``defaultLaunchValue`` 1), so a loop of ``n >= 1`` passes runs ``n`` passes, or fewer when the guard
 trips (the pass that tripped it is the last, as on the CPU backend).
 """

@@ -201,3 +201,22 @@ def warp_sum(v):
 def warp_max(v):
     """Maximum of ``v`` over the warp's lanes, returned to every lane (the same tree as warp_sum)."""
     return _warp_tree(v, 1)
+
+
+@device_function
+def last_to_arrive(arrivals, slot, count, flag):
+    """True in every thread of the block that is the last of ``count`` blocks to call this with the same
+    ``arrivals[slot]`` (int32, zero before): that block may then read what all of them wrote before the
+    call (each block's writes are fenced before it is counted) and finish the launch's work in a fixed
+    order, one launch where a second kernel would cost a graph node. It sets ``arrivals[slot]`` back
+    to zero, so a replayed graph starts from zero again. ``flag``: a shared array (its first slot is
+    used). Every thread of the block calls it (it holds block barriers)."""
+    cuda.threadfence()
+    cuda.syncthreads()
+    if cuda.threadIdx.x == 0 and cuda.threadIdx.y == 0 and cuda.threadIdx.z == 0:
+        last = cuda.atomic.add(arrivals, slot, 1) == count - 1
+        flag[0] = 1 if last else 0
+        if last:
+            arrivals[slot] = 0
+    cuda.syncthreads()
+    return flag[0] == 1

@@ -1,15 +1,16 @@
-"""Optimiser kernels over one flat float32 parameter buffer: global grad norm + clip, Adam, Polyak/EMA.
+"""Optimiser kernels over one flat float32 parameter buffer: global grad norm + clip + the training
+guard, Adam with the target's Polyak/EMA average.
 
 Kernel-side only (NumPy/Numba). The gradient norm is deterministic: a fixed grid of blocks each sums a
-fixed strided subset in a fixed order, then one block reduces the partial sums in a tree; no float
-atomics. The clip scale, the Adam step count and the learning rate are read from device arrays, so a
+fixed strided subset in a fixed order, then the last block to finish reduces the partial sums in a
+tree; no float atomics. The clip scale, the Adam step count and the learning rate are read from device arrays, so a
 captured graph picks up their current values on every replay.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from .nb import cuda, device_function, kernel, float32, float64, int32, int64, void
+from .nb import cuda, device_function, kernel, float32, float64, int32, int64, last_to_arrive, void
 
 NORM_BLOCKS = 256
 
@@ -24,29 +25,9 @@ def _tree_sum_dev(s, tid, nt):
         half //= 2
 
 
-@kernel(void(float32[::1], int64, float64[::1]))
-def sumsq_partial_kernel(g, n, partials):
-    """partials: float64 [gridDim]; block b sums g[i]^2 over its strided subset."""
-    s = cuda.shared.array(1024, float64)
-    tid = cuda.threadIdx.x
-    nt = cuda.blockDim.x
-    acc = 0.0
-    for i in range(cuda.blockIdx.x * nt + tid, n, cuda.gridDim.x * nt):
-        v = float64(g[i])
-        acc += v * v
-    s[tid] = acc
-    cuda.syncthreads()
-    _tree_sum_dev(s, tid, nt)
-    if tid == 0:
-        partials[cuda.blockIdx.x] = s[0]
-
-
-@kernel(void(float64[::1], int64, float32, float32[::1]))
-def grad_norm_finalize_kernel(partials, n_partials, max_norm, out):
-    """One block (power-of-two threads). out: float32 [2] = (global norm, clip scale <= 1)."""
-    s = cuda.shared.array(1024, float64)
-    tid = cuda.threadIdx.x
-    nt = cuda.blockDim.x
+@device_function
+def _finalize_norm_dev(partials, n_partials, max_norm, out, s, tid, nt):
+    """One block: the partial sums added in a tree; out: float32 [2] = (global norm, clip scale <= 1)."""
     acc = 0.0
     for i in range(tid, n_partials, nt):
         acc += partials[i]
@@ -57,64 +38,14 @@ def grad_norm_finalize_kernel(partials, n_partials, max_norm, out):
         norm = s[0] ** 0.5
         out[0] = float32(norm)
         out[1] = float32(min(1.0, float64(max_norm) / (norm + 1e-6))) if max_norm > 0 else float32(1.0)
+    cuda.syncthreads()
 
 
-@kernel(void(int64[::1]))
-def step_increment_kernel(step_arr):
-    if cuda.grid(1) == 0:
-        step_arr[0] += 1
-
-
-@kernel(void(int64[::1], int32[::1]))
-def step_unless_guard_kernel(step_arr, guard):
-    """The update counter (it seeds the PER draw) advances unless the training guard has tripped: after
-    a trip an update changes nothing that lasts, so running it equals not running it."""
-    if cuda.grid(1) == 0 and guard[0] == 0:
-        step_arr[0] += 1
-
-
-@kernel(void(float32[::1], float32[::1], float32[::1], float32[::1], int64, float32[::1], float32, float32,
-               float32, float32, int64[::1], float32[::1], int32[::1]))
-def adam_kernel(p, g, m, v, n, lr_arr, beta1, beta2, eps, weight_decay, step_arr, clip, guard):
-    """p, g, m, v: float32 [n]; lr_arr: float32 [1]; step_arr: int64 [1] (1-based, already incremented);
-    clip: float32 [2] from ``grad_norm_finalize_kernel`` (the scale is clip[1]); guard: int32 [1], when
-    non-zero (the training guard tripped) nothing is updated."""
-    if guard[0] != 0:
-        return
-    t = float64(step_arr[0])
-    bc1 = 1.0 - float64(beta1) ** t
-    bc2 = 1.0 - float64(beta2) ** t
-    lr = float64(lr_arr[0])
-    scale = clip[1]
-    for i in range(cuda.grid(1), n, cuda.gridsize(1)):
-        gi = g[i] * scale
-        mi = beta1 * m[i] + (float32(1.0) - beta1) * gi
-        vi = beta2 * v[i] + (float32(1.0) - beta2) * gi * gi
-        m[i] = mi
-        v[i] = vi
-        upd = (mi / bc1) / ((vi / bc2) ** 0.5 + eps) + weight_decay * p[i]
-        p[i] = float32(p[i] - lr * upd)
-
-
-@kernel(void(float32[::1], float32[::1], int64, float32, int32[::1]))
-def ema_kernel(target, online, n, tau, guard):
-    """target <- (1 - tau) * target + tau * online, over one flat buffer (skipped when guard[0] != 0)."""
-    if guard[0] != 0:
-        return
-    for i in range(cuda.grid(1), n, cuda.gridsize(1)):
-        target[i] = (float32(1.0) - tau) * target[i] + tau * online[i]
-
-
-@kernel(void(float32[::1], float32[::1], int64, float32[:, ::1], int64, float32, float32[::1], int32[::1],
-               float32[::1]))
-def guard_kernel(loss, is_w, B, q, n_q, q_limit, clip, guard, stats):
-    """One block (power-of-two threads), after the loss and the grad norm: trips ``guard`` when the
-    weighted batch loss or the grad norm is not finite or |Q| exceeds ``q_limit``; otherwise adds the
-    step's weighted loss and grad norm to ``stats`` (float32 [4]: loss sum, grad-norm sum, steps, max |Q|)."""
-    s_l = cuda.shared.array(1024, float32)
-    s_q = cuda.shared.array(1024, float32)
-    tid = cuda.threadIdx.x
-    nt = cuda.blockDim.x
+@device_function
+def _guard_dev(loss, is_w, B, q, n_q, q_limit, clip, guard, stats, s_l, s_q, tid, nt):
+    """One block, after the loss and the grad norm: trips ``guard`` when the weighted batch loss or the
+    grad norm is not finite or |Q| exceeds ``q_limit``; otherwise adds the step's weighted loss and grad
+    norm to ``stats`` (float32 [4]: loss sum, grad-norm sum, steps, max |Q|)."""
     acc = float32(0.0)
     qm = float32(0.0)
     for i in range(tid, B, nt):
@@ -144,6 +75,80 @@ def guard_kernel(loss, is_w, B, q, n_q, q_limit, clip, guard, stats):
             stats[1] += clip[0]
             stats[2] += 1.0
             stats[3] = max(stats[3], s_q[0])
+
+
+@kernel(void(float32[::1], int64, float64[::1], int32[::1], float32, float32[::1], float32[::1], float32[::1], int64,
+             float32[:, ::1], int64, float32, int32[::1], float32[::1]))
+def grad_norm_guard_kernel(g, n, partials, arrivals, max_norm, clip, loss, is_w, B, q, n_q, q_limit, guard, stats):
+    """The gradient norm, its clip scale and the training guard in one launch (power-of-two threads).
+
+    Block b sums g[i]^2 over its strided subset into ``partials[b]`` (float64 [gridDim]); the last block
+    to finish (``arrivals``: int32 [1], :func:`cuda_kernels.nb.last_to_arrive`) adds the partial sums in
+    a tree into ``clip`` (float32 [2]: the global norm and the clip scale <= 1), then runs the guard
+    (``_guard_dev``) over the batch's loss, importance weights and |Q|. The additions are those of the
+    three kernels this replaces (partials, finalize, guard) in the same order, so the results are theirs
+    bit for bit, two graph nodes fewer."""
+    s = cuda.shared.array(1024, float64)
+    s_l = cuda.shared.array(1024, float32)
+    s_q = cuda.shared.array(1024, float32)
+    last = cuda.shared.array(1, int32)
+    tid = cuda.threadIdx.x
+    nt = cuda.blockDim.x
+    acc = 0.0
+    for i in range(cuda.blockIdx.x * nt + tid, n, cuda.gridDim.x * nt):
+        v = float64(g[i])
+        acc += v * v
+    s[tid] = acc
+    cuda.syncthreads()
+    _tree_sum_dev(s, tid, nt)
+    if tid == 0:
+        partials[cuda.blockIdx.x] = s[0]
+    if last_to_arrive(arrivals, 0, cuda.gridDim.x, last):
+        _finalize_norm_dev(partials, cuda.gridDim.x, max_norm, clip, s, tid, nt)
+        _guard_dev(loss, is_w, B, q, n_q, q_limit, clip, guard, stats, s_l, s_q, tid, nt)
+
+
+@kernel(void(int64[::1]))
+def step_increment_kernel(step_arr):
+    if cuda.grid(1) == 0:
+        step_arr[0] += 1
+
+
+@kernel(void(int64[::1], int32[::1]))
+def step_unless_guard_kernel(step_arr, guard):
+    """The update counter (it seeds the PER draw) advances unless the training guard has tripped: after
+    a trip an update changes nothing that lasts, so running it equals not running it."""
+    if cuda.grid(1) == 0 and guard[0] == 0:
+        step_arr[0] += 1
+
+
+@kernel(void(float32[::1], float32[::1], float32[::1], float32[::1], int64, float32[::1], float32, float32,
+               float32, float32, int64[::1], float32[::1], int32[::1], float32[::1], float32))
+def adam_kernel(p, g, m, v, n, lr_arr, beta1, beta2, eps, weight_decay, step_arr, clip, guard, target, tau):
+    """Adam on the online weights, then the target's Polyak average of them, element by element.
+
+    p, g, m, v, target: float32 [n]; lr_arr: float32 [1]; step_arr: int64 [1] (1-based, already
+    incremented); clip: float32 [2] from ``grad_norm_guard_kernel`` (the scale is clip[1]); guard:
+    int32 [1], when non-zero (the training guard tripped) nothing is updated. The target becomes
+    ``(1 - tau) * target + tau * p`` with p the float32 weight just written (what a separate EMA pass
+    after Adam reads), one pass over the weights instead of two."""
+    if guard[0] != 0:
+        return
+    t = float64(step_arr[0])
+    bc1 = 1.0 - float64(beta1) ** t
+    bc2 = 1.0 - float64(beta2) ** t
+    lr = float64(lr_arr[0])
+    scale = clip[1]
+    for i in range(cuda.grid(1), n, cuda.gridsize(1)):
+        gi = g[i] * scale
+        mi = beta1 * m[i] + (float32(1.0) - beta1) * gi
+        vi = beta2 * v[i] + (float32(1.0) - beta2) * gi * gi
+        m[i] = mi
+        v[i] = vi
+        upd = (mi / bc1) / ((vi / bc2) ** 0.5 + eps) + weight_decay * p[i]
+        pi = float32(p[i] - lr * upd)
+        p[i] = pi
+        target[i] = (float32(1.0) - tau) * target[i] + tau * pi
 
 
 @kernel(void(float32[::1], float32))

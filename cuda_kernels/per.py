@@ -7,16 +7,17 @@ changes between graph replays (fill count, write pointer, step, max priority) li
   ``(i + u) * total / batch`` in the inclusive prefix sum of priorities (binary search over the scan's
   two levels, :func:`cuda_kernels.scan.prefix_dev`). The total is read from device memory (the prefix
   at ``size - 1``), never from the host.
-- Importance weights ``(size * p_i / total) ** -beta``, divided by the batch maximum.
-- Priority update: ``(|td| + eps) ** alpha``. Indices outside ``[0, capacity)`` are skipped and
-  counted in ``bad_count``. When a batch holds an index twice, the sample with the highest batch
+- Importance weights ``(size * p_i / total) ** -beta``, divided by the batch maximum (by the draw's
+  last block to finish).
+- Priority update, one block: ``(|td| + eps) ** alpha``. Indices outside ``[0, capacity)`` are skipped
+  and counted in ``bad_count``. When a batch holds an index twice, the sample with the highest batch
   position wins (claimed with an integer atomic max), so the result does not depend on thread order.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from .nb import cuda, kernel, float32, float64, int32, int64, uint32, void
+from .nb import cuda, device_function, kernel, float32, float64, int32, int64, last_to_arrive, uint32, void
 from .philox import uniform4_dev
 from .scan import prefix_dev
 
@@ -24,40 +25,41 @@ TAG_PER = 0x5045
 
 
 @kernel(void(float64[::1], float64[::1], int64, int64[::1], int64, float32, uint32, uint32, int64[::1], int64[::1],
-             float32[::1]))
-def per_sample_kernel(local, tiles, tile_len, size_arr, batch, beta, k0, k1, step_arr, out_idx, out_w):
+             float32[::1], int32[::1]))
+def per_sample_kernel(local, tiles, tile_len, size_arr, batch, beta, k0, k1, step_arr, out_idx, out_w, arrivals):
     """local, tiles: the priorities' two-level prefix sum (:func:`cuda_kernels.scan.launch_scan`, tiles of
-    ``tile_len``); size_arr/step_arr: int64 [1]; out_idx: int64 [batch]; out_w: float32 [batch]."""
+    ``tile_len``); size_arr/step_arr: int64 [1]; out_idx: int64 [batch]; out_w: float32 [batch], the
+    importance weights divided by the batch's largest by the last block to finish (``arrivals``: int32
+    [1], :func:`cuda_kernels.nb.last_to_arrive`; blockDim a power of two)."""
+    s = cuda.shared.array(1024, float32)
+    last = cuda.shared.array(1, int32)
     i = cuda.grid(1)
-    if i >= batch:
-        return
     n = size_arr[0]
-    if n <= 0:
+    if i < batch and n <= 0:
         out_idx[i] = 0
         out_w[i] = 0.0
-        return
-    total = prefix_dev(local, tiles, tile_len, n - 1)
-    u, _a, _b, _c = uniform4_dev(i, step_arr[0], TAG_PER, k0, k1)
-    thr = (float64(i) + float64(u)) * total / float64(batch)
-    lo, hi = 0, n - 1
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if prefix_dev(local, tiles, tile_len, mid) > thr:
-            hi = mid
-        else:
-            lo = mid + 1
-    j = min(max(lo, 0), n - 1)
-    p = prefix_dev(local, tiles, tile_len, j) - (prefix_dev(local, tiles, tile_len, j - 1) if j > 0 else 0.0)
-    out_idx[i] = j
-    out_w[i] = float32((float64(n) * p / total) ** (-float64(beta))) if p > 0 else float32(0.0)
+    elif i < batch:
+        total = prefix_dev(local, tiles, tile_len, n - 1)
+        u, _a, _b, _c = uniform4_dev(i, step_arr[0], TAG_PER, k0, k1)
+        thr = (float64(i) + float64(u)) * total / float64(batch)
+        lo, hi = 0, n - 1
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if prefix_dev(local, tiles, tile_len, mid) > thr:
+                hi = mid
+            else:
+                lo = mid + 1
+        j = min(max(lo, 0), n - 1)
+        p = prefix_dev(local, tiles, tile_len, j) - (prefix_dev(local, tiles, tile_len, j - 1) if j > 0 else 0.0)
+        out_idx[i] = j
+        out_w[i] = float32((float64(n) * p / total) ** (-float64(beta))) if p > 0 else float32(0.0)
+    if last_to_arrive(arrivals, 0, cuda.gridDim.x, last):
+        _normalize_dev(out_w, batch, s, cuda.threadIdx.x, cuda.blockDim.x)
 
 
-@kernel(void(float32[::1], int64))
-def normalize_weights_kernel(w, batch):
-    """One block: divide the weights by their maximum (a fixed-order tree reduction)."""
-    s = cuda.shared.array(1024, float32)
-    tid = cuda.threadIdx.x
-    nt = cuda.blockDim.x
+@device_function
+def _normalize_dev(w, batch, s, tid, nt):
+    """One block: divide the weights by their maximum (a tree reduction; a maximum is exact in any order)."""
     m = float32(0.0)
     for i in range(tid, batch, nt):
         m = max(m, w[i])
@@ -75,44 +77,38 @@ def normalize_weights_kernel(w, batch):
             w[i] = w[i] / top
 
 
-@kernel(void(int64[::1], int32[::1], int64, int64, int32[::1]))
-def priority_claim_kernel(idx, owner, batch, capacity, bad_count):
-    """owner: int32 [capacity], -1 where unclaimed; bad_count: int32 [1]."""
-    i = cuda.grid(1)
-    if i >= batch:
-        return
-    j = idx[i]
-    if j < 0 or j >= capacity:
-        cuda.atomic.add(bad_count, 0, 1)
-        return
-    cuda.atomic.max(owner, j, i)
-
-
 @kernel(void(float32[::1], int64[::1], float32[::1], int32[::1], int64, int64, float32, float32, float32[::1],
-             int32[::1]))
-def priority_write_kernel(prio, idx, td, owner, batch, capacity, alpha, eps, max_prio, guard):
-    """prio: float32 [capacity]; td: float32 [batch] (loss or |TD error|); max_prio: float32 [1]; guard:
-    int32 [1], when non-zero (the training guard tripped, this update or an earlier one of the epoch)
-    nothing is written, as on the CPU backend."""
-    i = cuda.grid(1)
-    if i >= batch or guard[0] != 0:
-        return
-    j = idx[i]
-    if j < 0 or j >= capacity or owner[j] != i or not (abs(td[i]) < 3.4e38):
-        return  # a non-finite loss (the guard trips on it) must never poison the priorities
-    p = (abs(td[i]) + eps) ** alpha
-    prio[j] = p
-    cuda.atomic.max(max_prio, 0, p)
-
-
-@kernel(void(int64[::1], int32[::1], int64, int64))
-def priority_release_kernel(idx, owner, batch, capacity):
-    i = cuda.grid(1)
-    if i >= batch:
-        return
-    j = idx[i]
-    if 0 <= j < capacity:
-        owner[j] = -1
+             int32[::1], int32[::1]))
+def priority_update_kernel(prio, idx, td, owner, batch, capacity, alpha, eps, max_prio, guard, bad_count):
+    """One block: the batch's new priorities ``(|td| + eps) ** alpha`` in three phases between block
+    barriers. Claim: each index's owner is its highest batch position (an integer atomic max), so a
+    duplicate's result does not depend on thread order; indices outside ``[0, capacity)`` are skipped
+    and counted in ``bad_count`` (int32 [1]). Write: each owner writes its slot and raises ``max_prio``
+    (float32 [1]), unless ``guard`` (int32 [1]) is non-zero (the training guard tripped, this update
+    or an earlier one of the epoch: nothing is written, as on the CPU backend) or its loss is not
+    finite (it must never poison the priorities). Release: the slots' owners back to -1.
+    prio: float32 [capacity]; td: float32 [batch] (loss or |TD error|); owner: int32 [capacity]."""
+    tid = cuda.threadIdx.x
+    nt = cuda.blockDim.x
+    for i in range(tid, batch, nt):
+        j = idx[i]
+        if j < 0 or j >= capacity:
+            cuda.atomic.add(bad_count, 0, 1)
+        else:
+            cuda.atomic.max(owner, j, i)
+    cuda.syncthreads()
+    if guard[0] == 0:
+        for i in range(tid, batch, nt):
+            j = idx[i]
+            if 0 <= j < capacity and owner[j] == i and abs(td[i]) < 3.4e38:
+                p = (abs(td[i]) + eps) ** alpha
+                prio[j] = p
+                cuda.atomic.max(max_prio, 0, p)
+    cuda.syncthreads()
+    for i in range(tid, batch, nt):
+        j = idx[i]
+        if 0 <= j < capacity:
+            owner[j] = -1
 
 
 @kernel(void(int32[:, ::1], float32[:, ::1], int32[:, ::1], float32[:, ::1], float32[::1], float32[::1],

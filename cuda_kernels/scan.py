@@ -1,9 +1,9 @@
-"""Inclusive prefix sum of float32 priorities into float64, for any N, in two launches, as two levels.
+"""Inclusive prefix sum of float32 priorities into float64, for any N, in one launch, as two levels.
 
 Kernel-side only (NumPy/Numba). Phase 1 scans tiles of ``tile_len = blockDim * ITEMS`` elements
 (each thread sums ITEMS adjacent elements, a block tree scans the threads' sums) into ``local`` and
-writes each tile's total; phase 2 scans the tile totals in place in one block (chunk by chunk with a
-carry). The prefix sum of element ``i`` is then ``local[i] + tiles[i // tile_len - 1]`` (``local[i]``
+writes each tile's total; phase 2, run by the last block to finish phase 1, scans the tile totals in
+place (chunk by chunk with a carry). The prefix sum of element ``i`` is then ``local[i] + tiles[i // tile_len - 1]`` (``local[i]``
 in the first tile): :func:`prefix_dev` on the device, :func:`two_level_ref` on the host. Readers
 (the PER sampler's binary search) add the tile's offset where they look instead of a third launch
 adding it to every element: the same float64 addition, so the values are those a full scan writes,
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .nb import cuda, device_function, kernel, float32, float64, int64, void
+from .nb import cuda, device_function, kernel, float32, float64, int32, int64, last_to_arrive, void
 
 ITEMS = 4
 MAX_THREADS = 1024
@@ -34,9 +34,11 @@ def _block_inclusive_scan_dev(s, tid, nthreads):
         off *= 2
 
 
-@kernel(void(float32[::1], float64[::1], float64[::1], int64))
-def scan_tiles_kernel(x, local, tile_sums, n):
-    """x: float32 [n]; local: float64 [n], the inclusive scan within each tile; tile_sums: float64 [n_tiles]."""
+@kernel(void(float32[::1], float64[::1], float64[::1], int64, int32[::1]))
+def scan_kernel(x, local, tile_sums, n, arrivals):
+    """x: float32 [n]; local: float64 [n], the inclusive scan within each tile; tile_sums: float64
+    [n_tiles], each tile's total, then (by the last block to finish: ``arrivals``, int32 [1],
+    :func:`cuda_kernels.nb.last_to_arrive`) their inclusive scan in place."""
     xs = cuda.shared.array(TILE_MAX, float32)
     ys = cuda.shared.array(TILE_MAX, float64)  # its first blockDim slots hold the threads' sums while they scan
     tid = cuda.threadIdx.x
@@ -68,14 +70,16 @@ def scan_tiles_kernel(x, local, tile_sums, n):
             local[tile0 + k] = ys[k]
     if tid == nt - 1:
         tile_sums[cuda.blockIdx.x] = total
+    # xs, read for the last time before the barrier above, holds last_to_arrive's flag (a shared array of
+    # its own would pass the 48 KB of static shared memory)
+    if last_to_arrive(arrivals, 0, cuda.gridDim.x, xs):
+        _scan_tile_sums_dev(tile_sums, cuda.gridDim.x, ys, tid, nt)
 
 
-@kernel(void(float64[::1], int64))
-def scan_tile_sums_kernel(tile_sums, n_tiles):
-    """In place, one block: inclusive scan of the tile totals, chunk by chunk."""
-    s = cuda.shared.array(MAX_THREADS, float64)
-    tid = cuda.threadIdx.x
-    nt = cuda.blockDim.x
+@device_function
+def _scan_tile_sums_dev(tile_sums, n_tiles, s, tid, nt):
+    """In place, one block: inclusive scan of the tile totals, chunk by chunk (``s``: >= nt float64 of
+    shared memory)."""
     carry = 0.0
     for start in range(0, n_tiles, nt):
         i = start + tid
@@ -103,12 +107,11 @@ def tile_len(threads: int) -> int:
     return threads * ITEMS
 
 
-def launch_scan(x, local, tile_sums, n: int, threads: int, stream=0) -> None:
-    """Enqueue the two phases (no allocation: ``tile_sums`` has at least ``n_tiles(n, threads)`` slots);
-    read the prefix sums with :func:`prefix_dev` (``tile_len(threads)``)."""
-    tiles = n_tiles(n, threads)
-    scan_tiles_kernel[tiles, threads, stream](x, local, tile_sums, n)
-    scan_tile_sums_kernel[1, threads, stream](tile_sums, tiles)
+def launch_scan(x, local, tile_sums, n: int, threads: int, arrivals, stream=0) -> None:
+    """Enqueue the scan, both levels in one launch (no allocation: ``tile_sums`` has at least
+    ``n_tiles(n, threads)`` slots; ``arrivals``: int32 [1], zero); read the prefix sums with
+    :func:`prefix_dev` (``tile_len(threads)``)."""
+    scan_kernel[n_tiles(n, threads), threads, stream](x, local, tile_sums, n, arrivals)
 
 
 def two_level_ref(local: np.ndarray, tiles: np.ndarray, tile_len: int) -> np.ndarray:

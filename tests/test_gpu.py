@@ -60,7 +60,8 @@ def test_tf32_accuracy_is_reported_not_assumed(rng, device):
 
 
 def test_graph_with_cublas_and_numba_equals_eager(rng, device, blas):
-    """A forward pass + head + C51 loss + Adam: eager once, then captured and replayed; bit-equal."""
+    """A forward pass + head + C51 loss + grad norm and guard + Adam with the target EMA: eager three times,
+    then captured and replayed three times; bit-equal (the arrival count left at zero between launches)."""
     B, D, H, atoms = 256, 32, 128, 51
     nb, sizes, offs = 3, np.array([3, 3, 3], np.int32), np.array([0, 3, 6], np.int32)
     W = atoms * 10
@@ -84,6 +85,8 @@ def test_graph_with_cublas_and_numba_equals_eager(rng, device, blas):
     step, lr = cuda.to_device(np.zeros(1, np.int64), stream=s), cuda.to_device(np.array([1e-3], np.float32), stream=s)
     dsizes, doffs = cuda.to_device(sizes, stream=s), cuda.to_device(offs, stream=s)
     guard = cuda.to_device(np.zeros(1, np.int32), stream=s)
+    arrivals, stats = cuda.to_device(np.zeros(1, np.int32), stream=s), cuda.to_device(np.zeros(4, np.float32), stream=s)
+    target = cuda.to_device(np.zeros(H * W, np.float32), stream=s)
     head_bias = cuda.to_device(np.zeros(head.shape[1], np.float32), stream=s)
 
     def train_step(st):
@@ -96,18 +99,21 @@ def test_graph_with_cublas_and_numba_equals_eager(rng, device, blas):
         c51.c51_loss_kernel[c51.loss_launch(B, atoms, nb) + (st,)](logp, q, logp, acts, rew, done, 0.97, -1.0, 1.0, atoms, isw, nb,
                                                        dsizes, doffs, 1.0 / B, dhead, loss, B)
         blas.gemm(h, dhead, dw2, 1, 0)
-        optim.sumsq_partial_kernel[optim.NORM_BLOCKS, 256, st](dw2.reshape(H * W), H * W, parts)
-        optim.grad_norm_finalize_kernel[1, 256, st](parts, optim.NORM_BLOCKS, 10.0, clip)
+        optim.grad_norm_guard_kernel[optim.NORM_BLOCKS, 256, st](dw2.reshape(H * W), H * W, parts, arrivals, 10.0, clip,
+                                                                 loss, isw, B, q, B, 1e6, guard, stats)
         optim.step_increment_kernel[1, 1, st](step)
         optim.adam_kernel[256, 256, st](flat_w2, dw2.reshape(H * W), m, v, H * W, lr, 0.9, 0.999, 1e-8, 0.0, step, clip,
-                                        guard)
+                                        guard, target, 0.01)
 
     w2_0, m0, v0 = w2.copy_to_host(), m.copy_to_host(), v.copy_to_host()
     for _ in range(3):
         train_step(s)
     device.synchronize()
-    eager = (w2.copy_to_host(), loss.copy_to_host(), q.copy_to_host())
+    eager = (w2.copy_to_host(), loss.copy_to_host(), q.copy_to_host(), target.copy_to_host(), stats.copy_to_host())
+    assert guard.copy_to_host()[0] == 0 and eager[4][2] == 3  # three steps counted, none tripped
     # reset the state, capture one step, replay it three times
+    target.copy_to_device(np.zeros(H * W, np.float32), stream=s)
+    stats.copy_to_device(np.zeros(4, np.float32), stream=s)
     w2.copy_to_device(w2_0, stream=s)
     m.copy_to_device(m0, stream=s)
     v.copy_to_device(v0, stream=s)
@@ -117,7 +123,7 @@ def test_graph_with_cublas_and_numba_equals_eager(rng, device, blas):
     assert graph.n_nodes >= 10
     graph.replay(3)
     device.synchronize()
-    replayed = (w2.copy_to_host(), loss.copy_to_host(), q.copy_to_host())
+    replayed = (w2.copy_to_host(), loss.copy_to_host(), q.copy_to_host(), target.copy_to_host(), stats.copy_to_host())
     for a, b in zip(eager, replayed):
         assert np.array_equal(a, b)
     assert step.copy_to_host()[0] == 3
@@ -126,12 +132,11 @@ def test_graph_with_cublas_and_numba_equals_eager(rng, device, blas):
 def test_readback_and_host_slot_inside_a_graph(device):
     s = device.stream
     target = cuda.to_device(np.zeros(8, np.float32), stream=s)
-    online = cuda.to_device(np.ones(8, np.float32), stream=s)
     lr_dev = cuda.to_device(np.zeros(1, np.float32), stream=s)
     slot = HostSlot(device, lr_dev)
     step = cuda.to_device(np.zeros(1, np.int64), stream=s)
     optim.step_increment_kernel[1, 1, s](step)
-    optim.ema_kernel[1, 32, s](target, online, 8, 0.5, cuda.to_device(np.zeros(1, np.int32), stream=s))
+    optim.fill_kernel[1, 32, s](target, 0.5)
     device.synchronize()
 
     def fn(st):
@@ -161,7 +166,7 @@ def test_scan_of_a_million_priorities_with_full_blocks(rng, device):
     x = rng.uniform(0.01, 2.0, n).astype(np.float32)
     local = cuda.to_device(np.full(n, np.nan))
     tiles = cuda.to_device(np.full(scan.n_tiles(n, threads), np.nan))
-    scan.launch_scan(cuda.to_device(x), local, tiles, n, threads, device.stream)
+    scan.launch_scan(cuda.to_device(x), local, tiles, n, threads, cuda.to_device(np.zeros(1, np.int32)), device.stream)
     device.synchronize()
     full = scan.two_level_ref(local.copy_to_host(), tiles.copy_to_host(), scan.tile_len(threads))
     np.testing.assert_allclose(full, scan.inclusive_scan_ref(x), rtol=1e-12)

@@ -69,7 +69,9 @@ def test_scan_any_n(rng, n, threads):
     x = rng.uniform(0.01, 2.0, n).astype(np.float32)
     local = poisoned(n, np.float64)
     tiles = poisoned(scan.n_tiles(n, threads), np.float64)
-    scan.launch_scan(dev(x), local, tiles, n, threads)
+    arrivals = dev(np.zeros(1, np.int32))
+    scan.launch_scan(dev(x), local, tiles, n, threads, arrivals)
+    assert arrivals.copy_to_host()[0] == 0  # left at zero for the next launch
     got_local, got_tiles, tl = local.copy_to_host(), tiles.copy_to_host(), scan.tile_len(threads)
     np.testing.assert_allclose(scan.two_level_ref(got_local, got_tiles, tl), scan.inclusive_scan_ref(x), rtol=1e-12)
     for t0 in range(0, n, tl):
@@ -87,12 +89,13 @@ def test_per_sampling_weights_and_bounds(rng, threads):
     prio[:size] = rng.uniform(0.05, 3.0, size)
     prio[rng.integers(0, size, 5)] = 0.0  # empty slots inside the fill are never drawn
     local, tiles = poisoned(cap, np.float64), poisoned(scan.n_tiles(cap, threads), np.float64)
-    scan.launch_scan(dev(prio), local, tiles, cap, threads)
+    arrivals = dev(np.zeros(2, np.int32))
+    scan.launch_scan(dev(prio), local, tiles, cap, threads, arrivals[0:1])
     idx, w = poisoned(batch, np.int64), poisoned(batch)
     k0, k1, step = int(rng.integers(0, 2**32)), 5, int(rng.integers(0, 1000))
     per.per_sample_kernel[2, 32](local, tiles, scan.tile_len(threads), dev(np.array([size])), batch, 0.4, k0, k1,
-                                 dev(np.array([step])), idx, w)
-    per.normalize_weights_kernel[1, 32](w, batch)
+                                 dev(np.array([step])), idx, w, arrivals[1:2])
+    assert not arrivals.copy_to_host().any()
     ref_idx, ref_w = per.per_sample_ref(prio, size, batch, 0.4, k0, k1, step)
     got_idx = idx.copy_to_host()
     assert (got_idx >= 0).all() and (got_idx < size).all()
@@ -109,15 +112,16 @@ def test_priority_update_duplicates_and_out_of_range(rng):
     idx[5], idx[9] = -1, cap + 4  # out of range: skipped and counted
     td = rng.normal(0, 2, batch).astype(np.float32)
     p, owner, bad, mx = dev(prio0), dev(np.full(cap, -1, np.int32)), dev(np.zeros(1, np.int32)), dev(np.zeros(1, np.float32))
-    per.priority_claim_kernel[1, 32](dev(idx), owner, batch, cap, bad)
     tripped = dev(np.ones(1, np.int32))
-    per.priority_write_kernel[1, 32](p, dev(idx), dev(td), owner, batch, cap, 0.6, 1e-3, mx, tripped)
+    per.priority_update_kernel[1, 16](p, dev(idx), dev(td), owner, batch, cap, 0.6, 1e-3, mx, tripped, bad)
     assert np.array_equal(p.copy_to_host(), prio0) and mx.copy_to_host()[0] == 0  # the guard tripped: no write
-    per.priority_write_kernel[1, 32](p, dev(idx), dev(td), owner, batch, cap, 0.6, 1e-3, mx, dev(np.zeros(1, np.int32)))
-    per.priority_release_kernel[1, 32](dev(idx), owner, batch, cap)
+    assert (owner.copy_to_host() == -1).all() and bad.copy_to_host()[0] == 2
+    # 16 threads for 32 samples: each thread claims, writes and releases two, the phases between barriers
+    per.priority_update_kernel[1, 16](p, dev(idx), dev(td), owner, batch, cap, 0.6, 1e-3, mx, dev(np.zeros(1, np.int32)),
+                                      bad)
     want, want_bad = per.priority_update_ref(prio0, idx, td, 0.6, 1e-3)
     np.testing.assert_allclose(p.copy_to_host(), want, rtol=1e-6)
-    assert bad.copy_to_host()[0] == want_bad == 2
+    assert bad.copy_to_host()[0] == 2 * want_bad == 4
     assert (owner.copy_to_host() == -1).all()
     winners = {int(j): i for i, j in enumerate(idx) if 0 <= j < cap}  # the last batch position of each index
     written = np.array(sorted(winners.values()))
@@ -142,38 +146,44 @@ def test_replay_ring_insert_wraps(rng):
 
 # ---- optimiser ----
 
+def _norm_guard(g, loss, w, q, q_limit, guard, stats, blocks=4, threads=32, max_norm=5.0):
+    """grad_norm_guard_kernel on fresh (poisoned) partials and clip; returns (clip, arrivals) on the host."""
+    parts, clip, arrivals = poisoned(blocks, np.float64), poisoned(2), dev(np.zeros(1, np.int32))
+    optim.grad_norm_guard_kernel[blocks, threads](dev(g), len(g), parts, arrivals, max_norm, clip, dev(loss), dev(w),
+                                                  len(loss), dev(q), q.shape[0], q_limit, guard, stats)
+    return clip.copy_to_host(), arrivals.copy_to_host()
+
+
 def test_grad_norm_adam_ema(rng):
     n = 1000
     g = rng.normal(0, 3, n).astype(np.float32)
-    parts = poisoned(4, np.float64)
-    clip = poisoned(2)
-    optim.sumsq_partial_kernel[4, 32](dev(g), n, parts)
-    optim.grad_norm_finalize_kernel[1, 32](parts, 4, 5.0, clip)
+    loss, w = rng.uniform(0, 2, 8).astype(np.float32), rng.uniform(0.1, 1, 8).astype(np.float32)
+    got, arrivals = _norm_guard(g, loss, w, rng.normal(size=(8, 9)).astype(np.float32), 100.0,
+                                dev(np.zeros(1, np.int32)), dev(np.zeros(4, np.float32)))
     norm, scale = optim.grad_norm_ref(g, 5.0)
-    got = clip.copy_to_host()
     assert got[0] == pytest.approx(norm, rel=1e-6) and got[1] == pytest.approx(scale, rel=1e-6) and scale < 1
+    assert arrivals[0] == 0  # left at zero for the next launch
+    clip = dev(got)
     p0, m0 = rng.normal(size=n).astype(np.float32), rng.normal(0, 0.1, n).astype(np.float32)
     v0 = rng.uniform(0, 0.1, n).astype(np.float32)
-    p, m, v, step = dev(p0), dev(m0), dev(v0), dev(np.array([6]))
+    t0 = rng.normal(size=n).astype(np.float32)
+    p, m, v, t, step = dev(p0), dev(m0), dev(v0), dev(t0), dev(np.array([6]))
     optim.step_increment_kernel[1, 1](step)
     guard_on = dev(np.ones(1, np.int32))
     optim.adam_kernel[2, 32](p, dev(g), m, v, n, dev(np.array([1e-3], np.float32)), 0.9, 0.999, 1e-8, 1e-4, step, clip,
-                             guard_on)
+                             guard_on, t, 0.005)
     assert np.array_equal(p.copy_to_host(), p0) and np.array_equal(m.copy_to_host(), m0)  # guard tripped: no update
+    assert np.array_equal(t.copy_to_host(), t0)
     optim.adam_kernel[2, 32](p, dev(g), m, v, n, dev(np.array([1e-3], np.float32)), 0.9, 0.999, 1e-8, 1e-4, step, clip,
-                             dev(np.zeros(1, np.int32)))
+                             dev(np.zeros(1, np.int32)), t, 0.005)
     rp, rm, rv = optim.adam_ref(p0, g, m0, v0, 1e-3, 0.9, 0.999, 1e-8, 1e-4, 7, got[1])
     np.testing.assert_allclose(p.copy_to_host(), rp, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(m.copy_to_host(), rm, rtol=1e-5, atol=1e-7)
     np.testing.assert_allclose(v.copy_to_host(), rv, rtol=1e-5, atol=1e-8)
-    t0 = rng.normal(size=n).astype(np.float32)
-    t = dev(t0)
-    optim.ema_kernel[2, 32](t, dev(p0), n, 0.005, dev(np.ones(1, np.int32)))
-    assert np.array_equal(t.copy_to_host(), t0)
-    optim.ema_kernel[2, 32](t, dev(p0), n, 0.005, dev(np.zeros(1, np.int32)))
-    # atol: where t and p nearly cancel the GPU's fused multiply-add rounds once, the float64 reference's
-    # float32 result twice (seen on the H200: 2.3e-10 apart at a value of -2.9e-5, operands ~1)
-    np.testing.assert_allclose(t.copy_to_host(), optim.ema_ref(t0, p0, 0.005), rtol=1e-6, atol=1e-7)
+    # the target averages the weights Adam just wrote. atol: where t and p nearly cancel the GPU's fused
+    # multiply-add rounds once, the float64 reference's float32 result twice (seen on the H200: 2.3e-10
+    # apart at a value of -2.9e-5, operands ~1)
+    np.testing.assert_allclose(t.copy_to_host(), optim.ema_ref(t0, p.copy_to_host(), 0.005), rtol=1e-6, atol=1e-7)
 
 
 def test_update_counter_stops_once_the_guard_trips():
@@ -185,24 +195,31 @@ def test_update_counter_stops_once_the_guard_trips():
 
 
 def test_training_guard(rng):
+    """The guard, run by the grad norm's last block: the step's statistics when all is finite, a trip (and
+    nothing accumulated) on a non-finite loss, a non-finite gradient or |Q| over the limit."""
     B, n_q = 16, 8
+    g = rng.normal(0, 1, 300).astype(np.float32)
     loss = rng.uniform(0, 2, B).astype(np.float32)
     w = rng.uniform(0.1, 1, B).astype(np.float32)
     q = rng.normal(size=(n_q, 9)).astype(np.float32)
-    clip = np.array([3.0, 1.0], np.float32)
     guard, stats = dev(np.zeros(1, np.int32)), dev(np.zeros(4, np.float32))
-    optim.guard_kernel[1, 32](dev(loss), dev(w), B, dev(q), n_q, 100.0, dev(clip), guard, stats)
+    clip, _ = _norm_guard(g, loss, w, q, 100.0, guard, stats, blocks=3)
     st = stats.copy_to_host()
     assert guard.copy_to_host()[0] == 0
-    assert st[0] == pytest.approx(np.sum(w * loss) / B, rel=1e-5) and st[1] == 3.0 and st[2] == 1.0
+    assert st[0] == pytest.approx(np.sum(w * loss) / B, rel=1e-5) and st[1] == clip[0] and st[2] == 1.0
+    assert clip[0] == pytest.approx(optim.grad_norm_ref(g, 5.0)[0], rel=1e-6)
     assert st[3] == pytest.approx(np.abs(q).max())
     loss[4] = np.inf
-    optim.guard_kernel[1, 32](dev(loss), dev(w), B, dev(q), n_q, 100.0, dev(clip), guard, stats)
+    _norm_guard(g, loss, w, q, 100.0, guard, stats)
     assert guard.copy_to_host()[0] == 1 and stats.copy_to_host()[2] == 1.0  # tripped, nothing accumulated
-    g2 = dev(np.zeros(1, np.int32))
     loss[4] = 1.0
-    optim.guard_kernel[1, 32](dev(loss), dev(w), B, dev(q * 1e3), n_q, 100.0, dev(clip), g2, stats)
+    g2 = dev(np.zeros(1, np.int32))
+    _norm_guard(g, loss, w, q * 1e3, 100.0, g2, stats)
     assert g2.copy_to_host()[0] == 1  # exploding Q
+    g3, bad_g = dev(np.zeros(1, np.int32)), g.copy()
+    bad_g[7] = np.nan
+    _norm_guard(bad_g, loss, w, q, 100.0, g3, stats)
+    assert g3.copy_to_host()[0] == 1 and stats.copy_to_host()[2] == 1.0  # a non-finite gradient
 
 
 # ---- dense ----

@@ -156,4 +156,4 @@ def test_named_slots_cover_the_buffers_the_kernels_write():
     from cuda_kernels.slots import RF, RI, STAT
 
     assert tuple(RI) == tuple(range(R.N_INT)) and tuple(RF) == tuple(range(R.N_FLOAT))
-    assert tuple(STAT) == (0, 1, 2, 3)  # guard_kernel's float32[4] statistics
+    assert tuple(STAT) == (0, 1, 2, 3)  # grad_norm_guard_kernel's float32[4] statistics

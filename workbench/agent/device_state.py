@@ -20,6 +20,7 @@ import numpy as np
 from cuda_kernels import rollout as K_ro
 from cuda_kernels import scan as K_scan
 from cuda_kernels.nb import cuda
+from cuda_kernels.slots import ARR
 
 from ..device import Device, HostSlot
 from .network import DeviceNetwork, NetShape, init_params
@@ -95,7 +96,12 @@ class Learner(NamedTuple):
     clip: object          # float32 [2], (norm, clip scale) of this update
     guard: object         # int32 [1], 1 once a non-finite loss or |Q| over q_limit stopped the updates
     stats: object         # float32 [4], the epoch's update statistics (cuda_kernels.slots.STAT)
+    arrivals: object      # int32 [3], zero between launches (cuda_kernels.slots.ARR)
     norm_blocks: int
+
+    def arrival(self, slot: int):
+        """The one-slot view of ``arrivals`` a kernel counts its blocks in."""
+        return self.arrivals[slot:slot + 1]
 
 
 def alloc_learner(mem: Mem, shape: NetShape, cfg, seed: int, norm_blocks: int) -> Learner:
@@ -108,7 +114,8 @@ def alloc_learner(mem: Mem, shape: NetShape, cfg, seed: int, norm_blocks: int) -
                    branch_offsets=mem.up(np.array(shape.branch_offsets, np.int32)),
                    lr=mem.up(np.array([cfg.lr], np.float32)), step=mem.zeros(1, np.int64),
                    partials=mem.zeros(norm_blocks, np.float64), clip=mem.zeros(2, np.float32),
-                   guard=mem.zeros(1, np.int32), stats=mem.zeros(4, np.float32), norm_blocks=norm_blocks)
+                   guard=mem.zeros(1, np.int32), stats=mem.zeros(4, np.float32),
+                   arrivals=mem.zeros(len(ARR), np.int32), norm_blocks=norm_blocks)
 
 
 class Replay(NamedTuple):

@@ -41,7 +41,7 @@ from cuda_kernels import per as K_per
 from cuda_kernels import rollout as K_ro
 from cuda_kernels import scan as K_scan
 from cuda_kernels.nb import load_kernels
-from cuda_kernels.slots import STAT
+from cuda_kernels.slots import ARR, STAT
 
 from ..device import Device, Loop, Readback
 from ..gpu_profile import GpuProfile
@@ -168,18 +168,17 @@ class DeviceTrainer:
         S, cfg = self.state, self.cfg
         rp, b, lr, wd = S.replay, S.batch, S.learner, S.window
         g = _grid(b.size, self.tpb) + (st,)
-        K_scan.launch_scan(rp.prio, rp.local, rp.tiles, rp.capacity, rp.scan_threads, st)
+        K_scan.launch_scan(rp.prio, rp.local, rp.tiles, rp.capacity, rp.scan_threads, lr.arrival(ARR.SCAN), st)
         K_opt.step_unless_guard_kernel[1, 1, st](lr.step, lr.guard)
         K_per.per_sample_kernel[g](rp.local, rp.tiles, K_scan.tile_len(rp.scan_threads), rp.size, b.size,
-                                   cfg.per_beta, self.k0, self.k1, lr.step, b.idx, b.isw)
-        K_per.normalize_weights_kernel[1, self.red, st](b.isw, b.size)
+                                   cfg.per_beta, self.k0, self.k1, lr.step, b.idx, b.isw, lr.arrival(ARR.DRAW))
         gobs = _gs(self.device, b.size * S.shape.obs_dim, self.tpb) + (st,)
         K_ro.gather_obs_kernel[gobs](wd.features, rp.int_store, b.idx, b.size, wd.n_features, N_POS, 0, b.obs)
         K_ro.gather_obs_kernel[gobs](wd.features, rp.int_store, b.idx, b.size, wd.n_features, N_POS, 1, b.obs_next)
         K_ro.gather_batch_kernel[g](rp.int_store, rp.float_store, b.idx, b.size, b.actions, b.ret, b.terminal)
 
     def _learn_steps(self, st):
-        """Part 2 (update): forwards, C51 loss, backward, grad norm."""
+        """Part 2 (update): forwards, C51 loss, backward, grad norm and guard."""
         S = self.state
         b, lr, nets = S.batch, S.learner, S.nets
         yield from nets.online.forward_steps(lr.params, b.obs_pair)  # s and s' in one stacked forward
@@ -187,7 +186,7 @@ class DeviceTrainer:
         yield from self._learn_tail_steps(st)
 
     def _update_learn_tail(self, st) -> None:
-        """Part 2 after the forwards: C51 loss, backward, grad norm."""
+        """Part 2 after the forwards: C51 loss, backward, grad norm and guard."""
         run_steps(self._learn_tail_steps(st))
 
     def _learn_tail_steps(self, st):
@@ -198,25 +197,19 @@ class DeviceTrainer:
             nets.s.logp, nets.s2.q, nets.t2.logp, b.actions, b.ret, b.terminal, cfg.gamma ** cfg.n_step, cfg.v_min,
             cfg.v_max, sh.atoms, b.isw, nb, lr.branch_sizes, lr.branch_offsets, 1.0 / b.size, b.dhead, b.loss, b.size)
         yield from nets.s.backward_steps(lr.params, lr.grads, b.obs, b.dhead)
-        K_opt.sumsq_partial_kernel[lr.norm_blocks, self.red, st](lr.grads, sh.n_params, lr.partials)
-        K_opt.grad_norm_finalize_kernel[1, self.red, st](lr.partials, lr.norm_blocks, cfg.grad_clip, lr.clip)
+        K_opt.grad_norm_guard_kernel[lr.norm_blocks, self.red, st](
+            lr.grads, sh.n_params, lr.partials, lr.arrival(ARR.NORM), cfg.grad_clip, lr.clip, b.loss, b.isw, b.size,
+            nets.s.q, b.size, cfg.q_limit, lr.guard, lr.stats)
 
     def _update_finish(self, st) -> None:
-        """Part 3 (guard): guard, Adam, priority update, target EMA."""
+        """Part 3 (finish): Adam with the target's EMA, priority update (the guard ran with the grad norm)."""
         S, cfg = self.state, self.cfg
         b, lr, rp, n = S.batch, S.learner, S.replay, S.shape.n_params
-        g = _grid(b.size, self.tpb) + (st,)
-        K_opt.guard_kernel[1, self.red, st](b.loss, b.isw, b.size, S.nets.s.q, b.size, cfg.q_limit, lr.clip, lr.guard,
-                                            lr.stats)
-        gp = _gs(self.device, n, 256 if not self.device.simulator else 32) + (st,)
         ga = _gs_per_sm(self.device, n, 256) + (st,)
         K_opt.adam_kernel[ga](lr.params, lr.grads, lr.m, lr.v, n, lr.lr, cfg.adam_beta1, cfg.adam_beta2, cfg.adam_eps,
-                              cfg.weight_decay, lr.step, lr.clip, lr.guard)
-        K_per.priority_claim_kernel[g](b.idx, rp.owner, b.size, rp.capacity, rp.bad)
-        K_per.priority_write_kernel[g](rp.prio, b.idx, b.loss, rp.owner, b.size, rp.capacity, cfg.per_alpha,
-                                       cfg.per_eps, rp.max_prio, lr.guard)
-        K_per.priority_release_kernel[g](b.idx, rp.owner, b.size, rp.capacity)
-        K_opt.ema_kernel[gp](lr.target, lr.params, n, cfg.tau, lr.guard)
+                              cfg.weight_decay, lr.step, lr.clip, lr.guard, lr.target, cfg.tau)
+        K_per.priority_update_kernel[1, self.red, st](rp.prio, b.idx, b.loss, rp.owner, b.size, rp.capacity,
+                                                      cfg.per_alpha, cfg.per_eps, rp.max_prio, lr.guard, rp.bad)
 
     def _backtest(self, st, params, rng: tuple[int, int], dev_range, q_out: list | None = None) -> None:
         """Greedy backtest of window bars [a, b) with ``params``; positions and PnL into the backtest state;
