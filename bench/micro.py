@@ -96,13 +96,13 @@ def bench_scan_per(device, rows):
     n, batch, threads = 1 << 20, 1024, min(1024, device.info.max_threads_per_block)
     rng = np.random.default_rng(1)
     prio = cuda.to_device(rng.uniform(0.1, 2.0, n).astype(np.float32), stream=s)
-    cums = cuda.device_array(n, np.float64, stream=s)
+    subs = cuda.device_array(scan.n_subs(n, threads), np.float64, stream=s)
     tiles = cuda.device_array(scan.n_tiles(n, threads), np.float64, stream=s)
     arrivals = cuda.to_device(np.zeros(2, np.int32), stream=s)  # the scan's, the draw's
-    g = device.capture(lambda st: scan.launch_scan(prio, cums, tiles, n, threads, arrivals[0:1], st))
+    g = device.capture(lambda st: scan.launch_scan(prio, subs, tiles, n, threads, arrivals[0:1], st))
     ms = timed(device, lambda: g.replay(50), reps=5, inner=50)
-    moved = n * 4 + n * 8  # read priorities, write the tile-local sums (the tile totals are 2 KB)
-    rows.append(("scan 1M priorities (1 launch, two levels)", ms * 1e3, "us"))
+    moved = n * 4 + n // scan.SUB * 8  # read priorities, write the sub-tile level (the tile totals are 2 KB)
+    rows.append(("scan 1M priorities (1 launch, three levels)", ms * 1e3, "us"))
     rows.append(("scan 1M effective bandwidth", moved / (ms * 1e-3) / 1e9, "GB/s"))
     size = cuda.to_device(np.array([n]), stream=s)
     step = cuda.to_device(np.zeros(1, np.int64), stream=s)
@@ -113,10 +113,10 @@ def bench_scan_per(device, rows):
     guard = cuda.to_device(np.zeros(1, np.int32), stream=s)
 
     def sample_update(st):
-        scan.launch_scan(prio, cums, tiles, n, threads, arrivals[0:1], st)
+        scan.launch_scan(prio, subs, tiles, n, threads, arrivals[0:1], st)
         optim.step_increment_kernel[1, 1, st](step)
-        per.per_sample_kernel[batch // 256, 256, st](cums, tiles, scan.tile_len(threads), size, batch, 0.4, 7, 11, step,
-                                                     idx, w, arrivals[1:2])
+        per.per_sample_kernel[batch // 256, 256, st](prio, subs, tiles, scan.subs_per_tile(threads), size, batch, 0.4, 7,
+                                                     11, step, idx, w, arrivals[1:2])
         per.priority_update_kernel[1, 1024, st](prio, idx, td, owner, batch, n, 0.6, 1e-3, mx, guard, bad)
 
     sample_update(s)

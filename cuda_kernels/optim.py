@@ -8,6 +8,8 @@ captured graph picks up their current values on every replay.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from .nb import cuda, device_function, kernel, float32, float64, int32, int64, last_to_arrive, void
@@ -131,7 +133,8 @@ def adam_kernel(p, g, m, v, n, lr_arr, beta1, beta2, eps, weight_decay, step_arr
     incremented); clip: float32 [2] from ``grad_norm_guard_kernel`` (the scale is clip[1]); guard:
     int32 [1], when non-zero (the training guard tripped) nothing is updated. The target becomes
     ``(1 - tau) * target + tau * p`` with p the float32 weight just written (what a separate EMA pass
-    after Adam reads), one pass over the weights instead of two."""
+    after Adam reads), one pass over the weights instead of two. The square root is ``math.sqrt``
+    (``sqrt.rn.f64``, correctly rounded): ``** 0.5`` compiled to a float64 ``pow`` call per element."""
     if guard[0] != 0:
         return
     t = float64(step_arr[0])
@@ -145,7 +148,7 @@ def adam_kernel(p, g, m, v, n, lr_arr, beta1, beta2, eps, weight_decay, step_arr
         vi = beta2 * v[i] + (float32(1.0) - beta2) * gi * gi
         m[i] = mi
         v[i] = vi
-        upd = (mi / bc1) / ((vi / bc2) ** 0.5 + eps) + weight_decay * p[i]
+        upd = (mi / bc1) / (math.sqrt(vi / bc2) + eps) + weight_decay * p[i]  # sqrt: not pow(x, 0.5)
         pi = float32(p[i] - lr * upd)
         p[i] = pi
         target[i] = (float32(1.0) - tau) * target[i] + tau * pi

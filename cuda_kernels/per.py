@@ -4,9 +4,9 @@ Kernel-side only (NumPy/Numba). Sizes, counters and hyper-parameters are argumen
 changes between graph replays (fill count, write pointer, step, max priority) lives in small device arrays.
 
 - Sampling is stratified: sample i draws u from Philox at counter (i, step, TAG_PER) and looks for
-  ``(i + u) * total / batch`` in the inclusive prefix sum of priorities (binary search over the scan's
-  two levels, :func:`cuda_kernels.scan.prefix_dev`). The total is read from device memory (the prefix
-  at ``size - 1``), never from the host.
+  ``(i + u) * total / batch`` in the inclusive prefix sum of priorities (a search of the scan's three
+  levels, :mod:`cuda_kernels.scan`). The total is read from device memory (the prefix at
+  ``size - 1``), never from the host.
 - Importance weights ``(size * p_i / total) ** -beta``, divided by the batch maximum (by the draw's
   last block to finish).
 - Priority update, one block: ``(|td| + eps) ** alpha``. Indices outside ``[0, capacity)`` are skipped
@@ -19,38 +19,66 @@ import numpy as np
 
 from .nb import cuda, device_function, kernel, float32, float64, int32, int64, last_to_arrive, uint32, void
 from .philox import uniform4_dev
-from .scan import prefix_dev
+from .scan import SUB, prefix_dev, sub_base_dev
 
 TAG_PER = 0x5045
 
 
-@kernel(void(float64[::1], float64[::1], int64, int64[::1], int64, float32, uint32, uint32, int64[::1], int64[::1],
-             float32[::1], int32[::1]))
-def per_sample_kernel(local, tiles, tile_len, size_arr, batch, beta, k0, k1, step_arr, out_idx, out_w, arrivals):
-    """local, tiles: the priorities' two-level prefix sum (:func:`cuda_kernels.scan.launch_scan`, tiles of
-    ``tile_len``); size_arr/step_arr: int64 [1]; out_idx: int64 [batch]; out_w: float32 [batch], the
-    importance weights divided by the batch's largest by the last block to finish (``arrivals``: int32
-    [1], :func:`cuda_kernels.nb.last_to_arrive`; blockDim a power of two)."""
+@kernel(void(float32[::1], float64[::1], float64[::1], int64, int64[::1], int64, float32, uint32, uint32, int64[::1],
+             int64[::1], float32[::1], int32[::1]))
+def per_sample_kernel(prio, sub, tiles, subs_per_tile, size_arr, batch, beta, k0, k1, step_arr, out_idx, out_w, arrivals):
+    """prio: float32 [capacity], zero past the fill; sub, tiles: its scan's upper levels
+    (:func:`cuda_kernels.scan.launch_scan`, ``subs_per_tile``); size_arr/step_arr: int64 [1]; out_idx:
+    int64 [batch]; out_w: float32 [batch], the importance weights divided by the batch's largest by the
+    last block to finish (``arrivals``: int32 [1], :func:`cuda_kernels.nb.last_to_arrive`; blockDim a
+    power of two).
+
+    Sample i looks for the first slot whose prefix sum exceeds its threshold level by level: the first
+    tile whose scanned total does (binary search), the first sub-tile of that tile whose prefix does
+    (binary search), then the sub-tile's 32 priorities added left to right (loaded together). Where
+    rounding makes two levels disagree by an ulp at a boundary, the last candidate of the level below
+    is taken; the weight is that slot's own priority."""
     s = cuda.shared.array(1024, float32)
     last = cuda.shared.array(1, int32)
+    vals = cuda.local.array(SUB, float32)
     i = cuda.grid(1)
     n = size_arr[0]
     if i < batch and n <= 0:
         out_idx[i] = 0
         out_w[i] = 0.0
     elif i < batch:
-        total = prefix_dev(local, tiles, tile_len, n - 1)
+        total = prefix_dev(prio, sub, tiles, subs_per_tile, n - 1)
         u, _a, _b, _c = uniform4_dev(i, step_arr[0], TAG_PER, k0, k1)
         thr = (float64(i) + float64(u)) * total / float64(batch)
-        lo, hi = 0, n - 1
+        last_sub = (n - 1) // SUB
+        lo, hi = 0, last_sub // subs_per_tile  # the tile
         while lo < hi:
             mid = (lo + hi) // 2
-            if prefix_dev(local, tiles, tile_len, mid) > thr:
+            if tiles[mid] > thr:
                 hi = mid
             else:
                 lo = mid + 1
-        j = min(max(lo, 0), n - 1)
-        p = prefix_dev(local, tiles, tile_len, j) - (prefix_dev(local, tiles, tile_len, j - 1) if j > 0 else 0.0)
+        t = lo
+        base = tiles[t - 1] if t > 0 else 0.0
+        lo, hi = t * subs_per_tile, min(t * subs_per_tile + subs_per_tile - 1, last_sub)  # the sub-tile
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if base + sub[mid] > thr:
+                hi = mid
+            else:
+                lo = mid + 1
+        first = lo * SUB
+        for k in range(SUB):  # the sub-tile's priorities, loaded before they are added
+            vals[k] = prio[first + k] if first + k < n else float32(0.0)
+        run = sub_base_dev(sub, tiles, subs_per_tile, lo)
+        j = min(first + SUB, n) - 1
+        found = False
+        for k in range(SUB):
+            run += float64(vals[k])
+            if not found and run > thr and first + k < n:
+                j = first + k
+                found = True
+        p = float64(prio[j])
         out_idx[i] = j
         out_w[i] = float32((float64(n) * p / total) ** (-float64(beta))) if p > 0 else float32(0.0)
     if last_to_arrive(arrivals, 0, cuda.gridDim.x, last):

@@ -1,16 +1,16 @@
-"""Inclusive prefix sum of float32 priorities into float64, for any N, in one launch, as two levels.
+"""Prefix sums of float32 priorities in float64, for any N, in one launch, as three levels.
 
-Kernel-side only (NumPy/Numba). Phase 1 scans tiles of ``tile_len = blockDim * ITEMS`` elements
-(each thread sums ITEMS adjacent elements, a block tree scans the threads' sums) into ``local`` and
-writes each tile's total; phase 2, run by the last block to finish phase 1, scans the tile totals in
-place (chunk by chunk with a carry). The prefix sum of element ``i`` is then ``local[i] + tiles[i // tile_len - 1]`` (``local[i]``
-in the first tile): :func:`prefix_dev` on the device, :func:`two_level_ref` on the host. Readers
-(the PER sampler's binary search) add the tile's offset where they look instead of a third launch
-adding it to every element: the same float64 addition, so the values are those a full scan writes,
-bit for bit, and 16 MB of traffic per million priorities is saved. Phase 1 moves its tile through
-shared memory so that every global load and store is coalesced (a warp reads 32 adjacent floats,
-writes 32 adjacent doubles); the order of every addition is fixed by the block size (a launch
-parameter, at most 1024), so the result is deterministic.
+Kernel-side only (NumPy/Numba). Block b takes tile b of ``tile_len = blockDim * ITEMS`` elements and
+writes, for each of its sub-tiles of ``SUB`` adjacent elements, the inclusive prefix sum of the
+sub-tile totals within the tile (``sub``: one float64 per 32 priorities, 256 KB per million) and the
+tile's total; the last block to finish scans the tile totals in place (``tiles``). The prefix sum of
+element ``i`` is then ``tiles[t - 1] + sub[s - 1]`` (the tile before's, the sub-tiles before i's in
+its tile; either term absent at the start of a tile or of the series) plus the priorities of i's
+sub-tile up to i, added left to right: :func:`prefix_dev` on the device, :func:`three_level_ref` on
+the host. The PER sampler searches the three levels in turn (:mod:`cuda_kernels.per`), so the
+element level is never written: the scan moves 4 MB of priorities per million and writes 256 KB
+where a scan of every element wrote 8 MB more. Every addition's order is fixed by the block size
+(a launch parameter, a multiple of ``SUB // ITEMS``, at most 1024): deterministic.
 """
 from __future__ import annotations
 
@@ -19,8 +19,10 @@ import numpy as np
 from .nb import cuda, device_function, kernel, float32, float64, int32, int64, last_to_arrive, void
 
 ITEMS = 4
+SUB = 32  # priorities per sub-tile: the sampler's last level reads one sub-tile's priorities
+PER_SUB = SUB // ITEMS  # threads per sub-tile
 MAX_THREADS = 1024
-TILE_MAX = MAX_THREADS * ITEMS  # 16 KB of float32 staging + 32 KB of float64: the 48 KB static limit
+TILE_MAX = MAX_THREADS * ITEMS  # 16 KB of float32 staging
 
 
 @device_function
@@ -35,44 +37,41 @@ def _block_inclusive_scan_dev(s, tid, nthreads):
 
 
 @kernel(void(float32[::1], float64[::1], float64[::1], int64, int32[::1]))
-def scan_kernel(x, local, tile_sums, n, arrivals):
-    """x: float32 [n]; local: float64 [n], the inclusive scan within each tile; tile_sums: float64
-    [n_tiles], each tile's total, then (by the last block to finish: ``arrivals``, int32 [1],
-    :func:`cuda_kernels.nb.last_to_arrive`) their inclusive scan in place."""
+def scan_kernel(x, sub, tile_sums, n, arrivals):
+    """x: float32 [n]; sub: float64 [n_tiles * subs_per_tile], each sub-tile's inclusive prefix of
+    sub-tile totals within its tile; tile_sums: float64 [n_tiles], each tile's total, then (by the last
+    block to finish: ``arrivals``, int32 [1], :func:`cuda_kernels.nb.last_to_arrive`) their inclusive
+    scan in place. Elements past n count as zero."""
     xs = cuda.shared.array(TILE_MAX, float32)
-    ys = cuda.shared.array(TILE_MAX, float64)  # its first blockDim slots hold the threads' sums while they scan
+    ys = cuda.shared.array(MAX_THREADS, float64)
+    last = cuda.shared.array(1, int32)
     tid = cuda.threadIdx.x
     nt = cuda.blockDim.x
+    n_sub = nt // PER_SUB
     tile0 = cuda.blockIdx.x * nt * ITEMS
     for j in range(ITEMS):  # coalesced: the warp's lanes read adjacent elements
         k = j * nt + tid
         xs[k] = x[tile0 + k] if tile0 + k < n else float32(0.0)
     cuda.syncthreads()
-    base = tid * ITEMS  # this thread's ITEMS adjacent elements, within the tile
     acc = float64(0.0)  # explicit: the simulator would keep float32 + 0.0 in float32
-    for j in range(ITEMS):
-        if tile0 + base + j < n:
-            acc += float64(xs[base + j])
+    for j in range(ITEMS):  # this thread's ITEMS adjacent elements, left to right
+        acc += float64(xs[tid * ITEMS + j])
     ys[tid] = acc
     cuda.syncthreads()
-    _block_inclusive_scan_dev(ys, tid, nt)
-    run = ys[tid] - acc  # exclusive prefix of this thread
-    total = ys[nt - 1]
-    cuda.syncthreads()  # every thread has read the scan before the tile's results overwrite it
-    for j in range(ITEMS):
-        if tile0 + base + j < n:
-            run += float64(xs[base + j])
-            ys[base + j] = run
+    total = float64(0.0)
+    if tid < n_sub:  # sub-tile tid's total: its PER_SUB threads' sums, left to right
+        for j in range(PER_SUB):
+            total += ys[tid * PER_SUB + j]
     cuda.syncthreads()
-    for j in range(ITEMS):  # coalesced stores
-        k = j * nt + tid
-        if tile0 + k < n:
-            local[tile0 + k] = ys[k]
-    if tid == nt - 1:
-        tile_sums[cuda.blockIdx.x] = total
-    # xs, read for the last time before the barrier above, holds last_to_arrive's flag (a shared array of
-    # its own would pass the 48 KB of static shared memory)
-    if last_to_arrive(arrivals, 0, cuda.gridDim.x, xs):
+    if tid < n_sub:
+        ys[tid] = total
+    cuda.syncthreads()
+    _block_inclusive_scan_dev(ys, tid, n_sub)
+    if tid < n_sub:
+        sub[cuda.blockIdx.x * n_sub + tid] = ys[tid]
+    if tid == n_sub - 1:
+        tile_sums[cuda.blockIdx.x] = ys[tid]
+    if last_to_arrive(arrivals, 0, cuda.gridDim.x, last):
         _scan_tile_sums_dev(tile_sums, cuda.gridDim.x, ys, tid, nt)
 
 
@@ -93,32 +92,67 @@ def _scan_tile_sums_dev(tile_sums, n_tiles, s, tid, nt):
 
 
 @device_function
-def prefix_dev(local, tiles, tile_len, i):
-    """The inclusive prefix sum at ``i`` from the two levels (the addition a full scan's last pass does)."""
-    t = i // tile_len
-    return local[i] + tiles[t - 1] if t > 0 else local[i]
+def sub_base_dev(sub, tiles, subs_per_tile, si):
+    """The prefix sum before sub-tile ``si``: the tile before's scanned total plus the sub-tiles before
+    ``si`` in its tile (0.0 at the start of the series)."""
+    t = si // subs_per_tile
+    base = tiles[t - 1] if t > 0 else 0.0
+    if si % subs_per_tile > 0:
+        base += sub[si - 1]
+    return base
+
+
+@device_function
+def prefix_dev(x, sub, tiles, subs_per_tile, i):
+    """The inclusive prefix sum at ``i`` from the three levels (what :func:`three_level_ref` reads): the
+    sub-tile's priorities up to i loaded together (a constant trip count, unrolled), then added."""
+    si = i // SUB
+    first = si * SUB
+    run = sub_base_dev(sub, tiles, subs_per_tile, si)
+    vals = cuda.local.array(SUB, float32)
+    for k in range(SUB):
+        vals[k] = x[first + k] if first + k <= i else float32(0.0)
+    for k in range(SUB):
+        if first + k <= i:
+            run += float64(vals[k])
+    return run
 
 
 def n_tiles(n: int, threads: int) -> int:
     return (n + threads * ITEMS - 1) // (threads * ITEMS)
 
 
-def tile_len(threads: int) -> int:
-    return threads * ITEMS
+def subs_per_tile(threads: int) -> int:
+    if threads % PER_SUB or not 0 < threads <= MAX_THREADS:
+        raise ValueError(f"the scan's block is a multiple of {PER_SUB} threads up to {MAX_THREADS}, not {threads}")
+    return threads // PER_SUB
 
 
-def launch_scan(x, local, tile_sums, n: int, threads: int, arrivals, stream=0) -> None:
-    """Enqueue the scan, both levels in one launch (no allocation: ``tile_sums`` has at least
-    ``n_tiles(n, threads)`` slots; ``arrivals``: int32 [1], zero); read the prefix sums with
-    :func:`prefix_dev` (``tile_len(threads)``)."""
-    scan_kernel[n_tiles(n, threads), threads, stream](x, local, tile_sums, n, arrivals)
+def n_subs(n: int, threads: int) -> int:
+    """Slots of the ``sub`` level for n elements (whole tiles)."""
+    return n_tiles(n, threads) * subs_per_tile(threads)
 
 
-def two_level_ref(local: np.ndarray, tiles: np.ndarray, tile_len: int) -> np.ndarray:
-    """The full inclusive prefix sum from the two levels, as :func:`prefix_dev` reads it."""
-    t = np.arange(len(local)) // tile_len
-    off = np.where(t > 0, np.asarray(tiles)[np.maximum(t - 1, 0)], 0.0)
-    return np.where(t > 0, local + off, local)
+def launch_scan(x, sub, tile_sums, n: int, threads: int, arrivals, stream=0) -> None:
+    """Enqueue the scan, its levels in one launch (no allocation: ``sub`` has ``n_subs(n, threads)``
+    slots, ``tile_sums`` ``n_tiles(n, threads)``; ``arrivals``: int32 [1], zero); read the prefix sums
+    with :func:`prefix_dev` (``subs_per_tile(threads)``)."""
+    subs_per_tile(threads)
+    scan_kernel[n_tiles(n, threads), threads, stream](x, sub, tile_sums, n, arrivals)
+
+
+def three_level_ref(x: np.ndarray, sub: np.ndarray, tiles: np.ndarray, threads: int) -> np.ndarray:
+    """Every element's prefix sum from the three levels, in the additions :func:`prefix_dev` makes."""
+    spt, out = subs_per_tile(threads), np.empty(len(x), np.float64)
+    for si in range((len(x) + SUB - 1) // SUB):
+        t = si // spt
+        run = tiles[t - 1] if t > 0 else 0.0
+        if si % spt:
+            run += sub[si - 1]
+        for k in range(si * SUB, min(len(x), si * SUB + SUB)):
+            run += np.float64(x[k])
+            out[k] = run
+    return out
 
 
 def inclusive_scan_ref(x: np.ndarray) -> np.ndarray:

@@ -158,15 +158,43 @@ def test_readback_and_host_slot_inside_a_graph(device):
 
 
 def test_scan_of_a_million_priorities_with_full_blocks(rng, device):
-    """The replay's prefix sum at its real size and block (1024 threads = 32 warps; 48 KB of shared memory
-    per block), its two levels read back, against float64 cumsum."""
+    """The replay's prefix sum at its real size and block (1024 threads = 32 warps), its three levels read
+    back, against float64 cumsum."""
     from cuda_kernels import scan
 
     n, threads = 1 << 20, 1024
     x = rng.uniform(0.01, 2.0, n).astype(np.float32)
-    local = cuda.to_device(np.full(n, np.nan))
+    sub = cuda.to_device(np.full(scan.n_subs(n, threads), np.nan))
     tiles = cuda.to_device(np.full(scan.n_tiles(n, threads), np.nan))
-    scan.launch_scan(cuda.to_device(x), local, tiles, n, threads, cuda.to_device(np.zeros(1, np.int32)), device.stream)
+    scan.launch_scan(cuda.to_device(x), sub, tiles, n, threads, cuda.to_device(np.zeros(1, np.int32)), device.stream)
     device.synchronize()
-    full = scan.two_level_ref(local.copy_to_host(), tiles.copy_to_host(), scan.tile_len(threads))
+    full = scan.three_level_ref(x, sub.copy_to_host(), tiles.copy_to_host(), threads)
     np.testing.assert_allclose(full, scan.inclusive_scan_ref(x), rtol=1e-12)
+
+
+def test_per_draw_from_a_million_priorities(rng, device):
+    """The PER draw at the replay's real size (1M slots, the last 1000 empty) searches the scan's three
+    levels and picks the indices the reference's search of the float64 cumsum picks, weights within 1e-5."""
+    from cuda_kernels import per, scan
+
+    cap, size, batch, threads = 1 << 20, (1 << 20) - 1000, 1024, 1024
+    prio = np.zeros(cap, np.float32)
+    prio[:size] = rng.uniform(0.01, 2.0, size)
+    prio[rng.integers(0, size, 5000)] = 0.0
+    s = device.stream
+    d_prio = cuda.to_device(prio, stream=s)
+    sub = cuda.to_device(np.full(scan.n_subs(cap, threads), np.nan), stream=s)
+    tiles = cuda.to_device(np.full(scan.n_tiles(cap, threads), np.nan), stream=s)
+    arrivals = cuda.to_device(np.zeros(2, np.int32), stream=s)
+    idx = cuda.to_device(np.full(batch, -7, np.int64), stream=s)
+    w = cuda.to_device(np.full(batch, np.nan, np.float32), stream=s)
+    k0, step = int(rng.integers(0, 2**32)), int(rng.integers(0, 10_000))
+    scan.launch_scan(d_prio, sub, tiles, cap, threads, arrivals[0:1], s)
+    per.per_sample_kernel[batch // 128, 128, s](d_prio, sub, tiles, scan.subs_per_tile(threads),
+                                                cuda.to_device(np.array([size]), stream=s), batch, 0.4, k0, 5,
+                                                cuda.to_device(np.array([step]), stream=s), idx, w, arrivals[1:2])
+    device.synchronize()
+    ref_idx, ref_w = per.per_sample_ref(prio, size, batch, 0.4, k0, 5, step)
+    assert np.array_equal(idx.copy_to_host(), ref_idx)
+    np.testing.assert_allclose(w.copy_to_host(), ref_w, rtol=1e-5)
+    assert not arrivals.copy_to_host().any()

@@ -63,38 +63,49 @@ def test_philox_uniforms_match_reference_and_look_uniform(rng):
 
 # ---- scan ----
 
-@pytest.mark.parametrize("n,threads", [(1, 32), (127, 32), (1000, 32), (4500, 64), (128, 32), (257, 64)])
+@pytest.mark.parametrize("n,threads", [(1, 32), (127, 32), (1000, 32), (4500, 64), (128, 32), (257, 64), (300, 8)])
 def test_scan_any_n(rng, n, threads):
-    """The two levels read back as the full inclusive prefix sum; the tile-local level is each tile's own scan."""
+    """The three levels read back as the full inclusive prefix sum; each tile's sub level is the inclusive
+    scan of its 32-element sub-tiles' totals; the tile level the scanned tile totals."""
     x = rng.uniform(0.01, 2.0, n).astype(np.float32)
-    local = poisoned(n, np.float64)
+    sub = poisoned(scan.n_subs(n, threads), np.float64)
     tiles = poisoned(scan.n_tiles(n, threads), np.float64)
     arrivals = dev(np.zeros(1, np.int32))
-    scan.launch_scan(dev(x), local, tiles, n, threads, arrivals)
+    scan.launch_scan(dev(x), sub, tiles, n, threads, arrivals)
     assert arrivals.copy_to_host()[0] == 0  # left at zero for the next launch
-    got_local, got_tiles, tl = local.copy_to_host(), tiles.copy_to_host(), scan.tile_len(threads)
-    np.testing.assert_allclose(scan.two_level_ref(got_local, got_tiles, tl), scan.inclusive_scan_ref(x), rtol=1e-12)
-    for t0 in range(0, n, tl):
-        np.testing.assert_allclose(got_local[t0:t0 + tl], scan.inclusive_scan_ref(x[t0:t0 + tl]), rtol=1e-12)
+    got_sub, got_tiles = sub.copy_to_host(), tiles.copy_to_host()
+    np.testing.assert_allclose(scan.three_level_ref(x, got_sub, got_tiles, threads), scan.inclusive_scan_ref(x),
+                               rtol=1e-12)
+    spt, padded = scan.subs_per_tile(threads), np.zeros(scan.n_subs(n, threads) * scan.SUB)
+    padded[:n] = x
+    sub_totals = padded.reshape(-1, scan.SUB).sum(axis=1).reshape(-1, spt)
+    np.testing.assert_allclose(got_sub, np.cumsum(sub_totals, axis=1).reshape(-1), rtol=1e-12)
+    np.testing.assert_allclose(got_tiles, np.cumsum(sub_totals.sum(axis=1)), rtol=1e-12)
+
+
+def test_scan_refuses_a_block_it_cannot_split():
+    with pytest.raises(ValueError, match="multiple of 8"):
+        scan.launch_scan(dev(np.ones(10, np.float32)), poisoned(4, np.float64), poisoned(4, np.float64), 10, 12,
+                         dev(np.zeros(1, np.int32)))
 
 
 # ---- PER ----
 
 @pytest.mark.parametrize("threads", [8, 32])
 def test_per_sampling_weights_and_bounds(rng, threads):
-    """Sampling from the scan's two levels (tiles of 32 and 128 priorities over a 257-slot fill): the
-    same indices as the reference's search of the full prefix sum."""
+    """Sampling from the scan's three levels (tiles of 32 and 128 priorities, sub-tiles of 32, over a
+    257-slot fill): the same indices as the reference's search of the full prefix sum."""
     cap, size, batch = 300, 257, 64
     prio = np.zeros(cap, np.float32)
     prio[:size] = rng.uniform(0.05, 3.0, size)
     prio[rng.integers(0, size, 5)] = 0.0  # empty slots inside the fill are never drawn
-    local, tiles = poisoned(cap, np.float64), poisoned(scan.n_tiles(cap, threads), np.float64)
-    arrivals = dev(np.zeros(2, np.int32))
-    scan.launch_scan(dev(prio), local, tiles, cap, threads, arrivals[0:1])
+    sub, tiles = poisoned(scan.n_subs(cap, threads), np.float64), poisoned(scan.n_tiles(cap, threads), np.float64)
+    arrivals, prio_dev = dev(np.zeros(2, np.int32)), dev(prio)
+    scan.launch_scan(prio_dev, sub, tiles, cap, threads, arrivals[0:1])
     idx, w = poisoned(batch, np.int64), poisoned(batch)
     k0, k1, step = int(rng.integers(0, 2**32)), 5, int(rng.integers(0, 1000))
-    per.per_sample_kernel[2, 32](local, tiles, scan.tile_len(threads), dev(np.array([size])), batch, 0.4, k0, k1,
-                                 dev(np.array([step])), idx, w, arrivals[1:2])
+    per.per_sample_kernel[2, 32](prio_dev, sub, tiles, scan.subs_per_tile(threads), dev(np.array([size])), batch, 0.4,
+                                 k0, k1, dev(np.array([step])), idx, w, arrivals[1:2])
     assert not arrivals.copy_to_host().any()
     ref_idx, ref_w = per.per_sample_ref(prio, size, batch, 0.4, k0, k1, step)
     got_idx = idx.copy_to_host()

@@ -29,8 +29,8 @@ from .window import N_POS, Window
 # the head layer's rows on the device: a multiple of 4 floats (16 bytes), so cuBLAS can use its
 # vectorised and tensor-core kernels (network.NetShape.head_cols)
 HEAD_ALIGN = 4
-# bytes of replay memory per transition: both stores, priority, prefix sum, owner
-BYTES_PER_TRANSITION = K_ro.N_INT * 4 + K_ro.N_FLOAT * 4 + 4 + 8 + 4
+# bytes of replay memory per transition: both stores, priority, owner, its share of the prefix sum's levels
+BYTES_PER_TRANSITION = K_ro.N_INT * 4 + K_ro.N_FLOAT * 4 + 4 + 4 + 8 / K_scan.SUB
 
 
 class Mem:
@@ -124,8 +124,8 @@ class Replay(NamedTuple):
     int_store: object     # int32 [capacity, N_INT]
     float_store: object   # float32 [capacity, N_FLOAT]
     prio: object          # float32 [capacity], 0 where empty
-    local: object         # float64 [capacity], the priorities' prefix sum of this update within each scan tile
-    tiles: object         # float64 [n_tiles], the tiles' scanned totals (prefix = local + the tile before's)
+    sub: object           # float64 [n_subs], the priorities' prefix sum of this update, per 32-slot sub-tile
+    tiles: object         # float64 [n_tiles], the scan tiles' scanned totals (cuda_kernels.scan's levels)
     ptr: object           # int64 [1], next slot written
     size: object          # int64 [1], slots filled
     max_prio: object      # float32 [1], priority of new transitions
@@ -148,7 +148,7 @@ def alloc_replay(mem: Mem, capacity: int) -> Replay:
     threads = 32 if d.simulator else min(1024, d.info.max_threads_per_block)
     return Replay(int_store=mem.zeros((capacity, K_ro.N_INT), np.int32),
                   float_store=mem.zeros((capacity, K_ro.N_FLOAT), np.float32),
-                  prio=mem.zeros(capacity, np.float32), local=mem.zeros(capacity, np.float64),
+                  prio=mem.zeros(capacity, np.float32), sub=mem.zeros(K_scan.n_subs(capacity, threads), np.float64),
                   tiles=mem.zeros(K_scan.n_tiles(capacity, threads), np.float64),
                   ptr=mem.zeros(1, np.int64), size=mem.zeros(1, np.int64), max_prio=mem.full(1, 1.0, np.float32),
                   owner=mem.full(capacity, -1, np.int32), bad=mem.zeros(1, np.int32), capacity=capacity,
