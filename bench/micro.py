@@ -99,7 +99,8 @@ def bench_scan_per(device, rows):
     subs = cuda.device_array(scan.n_subs(n, threads), np.float64, stream=s)
     tiles = cuda.device_array(scan.n_tiles(n, threads), np.float64, stream=s)
     arrivals = cuda.to_device(np.zeros(2, np.int32), stream=s)  # the scan's, the draw's
-    g = device.capture(lambda st: scan.launch_scan(prio, subs, tiles, n, threads, arrivals[0:1], st))
+    full = cuda.to_device(np.array([n]), stream=s)  # a full ring
+    g = device.capture(lambda st: scan.launch_scan(prio, subs, tiles, n, threads, arrivals[0:1], full, st))
     ms = timed(device, lambda: g.replay(50), reps=5, inner=50)
     moved = n * 4 + n // scan.SUB * 8  # read priorities, write the sub-tile level (the tile totals are 2 KB)
     rows.append(("scan 1M priorities (1 launch, three levels)", ms * 1e3, "us"))
@@ -113,7 +114,7 @@ def bench_scan_per(device, rows):
     guard = cuda.to_device(np.zeros(1, np.int32), stream=s)
 
     def sample_update(st):
-        scan.launch_scan(prio, subs, tiles, n, threads, arrivals[0:1], st)
+        scan.launch_scan(prio, subs, tiles, n, threads, arrivals[0:1], full, st)
         optim.step_increment_kernel[1, 1, st](step)
         per.per_sample_kernel[batch // 256, 256, st](prio, subs, tiles, scan.subs_per_tile(threads), size, batch, 0.4, 7,
                                                      11, step, idx, w, arrivals[1:2])

@@ -135,7 +135,8 @@ def main() -> int:
     torch_rows: list = []
     torch_update(args.steps, torch_rows, graph=True)
     torch_ms = torch_rows[0][1]
-    print(f"epilogues: {args.epilogues}; P agents in one graph, batch {B}, hidden {H}, {ATOMS} atoms, replay {CAP} each; "
+    print(f"epilogues: {args.epilogues}; P agents in one graph, batch {B}, hidden {H}, {ATOMS} atoms, replay holding {CAP} each "
+          f"(rings of {2 * CAP} slots); "
           f"{torch_rows[0][0]}: {torch_ms:.4f} ms/update = {1e3 / torch_ms:,.0f} updates/s")
     print(f"{'P':>3} {'MB/agent':>9} {'fp32 ms/launch':>15} {'fp32 upd/s':>11} {'x torch':>8} "
           f"{'tf32 ms/launch':>15} {'tf32 upd/s':>11} {'x torch':>8} {'nodes':>6} {'setup s':>8} "

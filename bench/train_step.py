@@ -260,7 +260,8 @@ def main() -> int:
         torch_update(max(20, args.steps // 4) if not graph else args.steps, rows, graph)
     D, W = F + N_POS, ATOMS * 10
     fwd = 2 * B * (D * H + H * H + H * W)
-    print(f"update at batch {B}, hidden {H}, {ATOMS} atoms, 3x3 actions, replay {CAP}: "
+    print(f"update at batch {B}, hidden {H}, {ATOMS} atoms, 3x3 actions, replay holding {CAP} transitions "
+          f"(a ring of {2 * CAP} slots: at least two rollouts of 4096 envs x 256 steps; PyTorch's holds {CAP}): "
           f"{(3 * fwd + 2 * fwd) / 1e9:.2f} GFLOP of GEMMs per update")
     for name, ms, nodes in rows:
         print(f"{name:70s} {ms:8.4f} ms/update" + (f"  ({nodes} graph nodes)" if nodes else ""))

@@ -36,12 +36,13 @@ def _block_inclusive_scan_dev(s, tid, nthreads):
         off *= 2
 
 
-@kernel(void(float32[::1], float64[::1], float64[::1], int64, int32[::1]))
-def scan_kernel(x, sub, tile_sums, n, arrivals):
+@kernel(void(float32[::1], float64[::1], float64[::1], int64, int64[::1], int32[::1]))
+def scan_kernel(x, sub, tile_sums, n, fill, arrivals):
     """x: float32 [n]; sub: float64 [n_tiles * subs_per_tile], each sub-tile's inclusive prefix of
     sub-tile totals within its tile; tile_sums: float64 [n_tiles], each tile's total, then (by the last
     block to finish: ``arrivals``, int32 [1], :func:`cuda_kernels.nb.last_to_arrive`) their inclusive
-    scan in place. Elements past n count as zero."""
+    scan in place. Elements at or past ``fill[0]`` (int64 [1]: a ring's filled slots, read when the
+    launch runs) count as zero and are not read: a ring filling up is scanned only as far as it holds."""
     xs = cuda.shared.array(TILE_MAX, float32)
     ys = cuda.shared.array(MAX_THREADS, float64)
     last = cuda.shared.array(1, int32)
@@ -49,9 +50,10 @@ def scan_kernel(x, sub, tile_sums, n, arrivals):
     nt = cuda.blockDim.x
     n_sub = nt // PER_SUB
     tile0 = cuda.blockIdx.x * nt * ITEMS
+    live = min(n, fill[0])
     for j in range(ITEMS):  # coalesced: the warp's lanes read adjacent elements
         k = j * nt + tid
-        xs[k] = x[tile0 + k] if tile0 + k < n else float32(0.0)
+        xs[k] = x[tile0 + k] if tile0 + k < live else float32(0.0)
     cuda.syncthreads()
     acc = float64(0.0)  # explicit: the simulator would keep float32 + 0.0 in float32
     for j in range(ITEMS):  # this thread's ITEMS adjacent elements, left to right
@@ -133,12 +135,13 @@ def n_subs(n: int, threads: int) -> int:
     return n_tiles(n, threads) * subs_per_tile(threads)
 
 
-def launch_scan(x, sub, tile_sums, n: int, threads: int, arrivals, stream=0) -> None:
+def launch_scan(x, sub, tile_sums, n: int, threads: int, arrivals, fill, stream=0) -> None:
     """Enqueue the scan, its levels in one launch (no allocation: ``sub`` has ``n_subs(n, threads)``
-    slots, ``tile_sums`` ``n_tiles(n, threads)``; ``arrivals``: int32 [1], zero); read the prefix sums
-    with :func:`prefix_dev` (``subs_per_tile(threads)``)."""
+    slots, ``tile_sums`` ``n_tiles(n, threads)``; ``arrivals``: int32 [1], zero; ``fill``: int64 [1],
+    the elements scanned, the rest zero); read the prefix sums with :func:`prefix_dev`
+    (``subs_per_tile(threads)``)."""
     subs_per_tile(threads)
-    scan_kernel[n_tiles(n, threads), threads, stream](x, sub, tile_sums, n, arrivals)
+    scan_kernel[n_tiles(n, threads), threads, stream](x, sub, tile_sums, n, fill, arrivals)
 
 
 def three_level_ref(x: np.ndarray, sub: np.ndarray, tiles: np.ndarray, threads: int) -> np.ndarray:

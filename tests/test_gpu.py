@@ -166,7 +166,8 @@ def test_scan_of_a_million_priorities_with_full_blocks(rng, device):
     x = rng.uniform(0.01, 2.0, n).astype(np.float32)
     sub = cuda.to_device(np.full(scan.n_subs(n, threads), np.nan))
     tiles = cuda.to_device(np.full(scan.n_tiles(n, threads), np.nan))
-    scan.launch_scan(cuda.to_device(x), sub, tiles, n, threads, cuda.to_device(np.zeros(1, np.int32)), device.stream)
+    scan.launch_scan(cuda.to_device(x), sub, tiles, n, threads, cuda.to_device(np.zeros(1, np.int32)),
+                     cuda.to_device(np.array([n])), device.stream)
     device.synchronize()
     full = scan.three_level_ref(x, sub.copy_to_host(), tiles.copy_to_host(), threads)
     np.testing.assert_allclose(full, scan.inclusive_scan_ref(x), rtol=1e-12)
@@ -189,7 +190,7 @@ def test_per_draw_from_a_million_priorities(rng, device):
     idx = cuda.to_device(np.full(batch, -7, np.int64), stream=s)
     w = cuda.to_device(np.full(batch, np.nan, np.float32), stream=s)
     k0, step = int(rng.integers(0, 2**32)), int(rng.integers(0, 10_000))
-    scan.launch_scan(d_prio, sub, tiles, cap, threads, arrivals[0:1], s)
+    scan.launch_scan(d_prio, sub, tiles, cap, threads, arrivals[0:1], cuda.to_device(np.array([size]), stream=s), s)
     per.per_sample_kernel[batch // 128, 128, s](d_prio, sub, tiles, scan.subs_per_tile(threads),
                                                 cuda.to_device(np.array([size]), stream=s), batch, 0.4, k0, 5,
                                                 cuda.to_device(np.array([step]), stream=s), idx, w, arrivals[1:2])

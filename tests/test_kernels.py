@@ -63,15 +63,20 @@ def test_philox_uniforms_match_reference_and_look_uniform(rng):
 
 # ---- scan ----
 
-@pytest.mark.parametrize("n,threads", [(1, 32), (127, 32), (1000, 32), (4500, 64), (128, 32), (257, 64), (300, 8)])
-def test_scan_any_n(rng, n, threads):
+@pytest.mark.parametrize("n,threads,fill", [(1, 32, 1), (127, 32, 127), (1000, 32, 1000), (4500, 64, 4500),
+                                            (128, 32, 128), (257, 64, 257), (300, 8, 300), (1000, 32, 333),
+                                            (4500, 64, 0)])
+def test_scan_any_n(rng, n, threads, fill):
     """The three levels read back as the full inclusive prefix sum; each tile's sub level is the inclusive
-    scan of its 32-element sub-tiles' totals; the tile level the scanned tile totals."""
-    x = rng.uniform(0.01, 2.0, n).astype(np.float32)
+    scan of its 32-element sub-tiles' totals; the tile level the scanned tile totals. Elements at or past
+    ``fill`` (a ring's empty slots) count as zero whatever they hold."""
+    x_dev = rng.uniform(0.01, 2.0, n).astype(np.float32)
+    x = x_dev.copy()
+    x[fill:] = 0.0
     sub = poisoned(scan.n_subs(n, threads), np.float64)
     tiles = poisoned(scan.n_tiles(n, threads), np.float64)
     arrivals = dev(np.zeros(1, np.int32))
-    scan.launch_scan(dev(x), sub, tiles, n, threads, arrivals)
+    scan.launch_scan(dev(x_dev), sub, tiles, n, threads, arrivals, dev(np.array([fill])))
     assert arrivals.copy_to_host()[0] == 0  # left at zero for the next launch
     got_sub, got_tiles = sub.copy_to_host(), tiles.copy_to_host()
     np.testing.assert_allclose(scan.three_level_ref(x, got_sub, got_tiles, threads), scan.inclusive_scan_ref(x),
@@ -86,7 +91,7 @@ def test_scan_any_n(rng, n, threads):
 def test_scan_refuses_a_block_it_cannot_split():
     with pytest.raises(ValueError, match="multiple of 8"):
         scan.launch_scan(dev(np.ones(10, np.float32)), poisoned(4, np.float64), poisoned(4, np.float64), 10, 12,
-                         dev(np.zeros(1, np.int32)))
+                         dev(np.zeros(1, np.int32)), dev(np.array([10])))
 
 
 # ---- PER ----
@@ -101,7 +106,7 @@ def test_per_sampling_weights_and_bounds(rng, threads):
     prio[rng.integers(0, size, 5)] = 0.0  # empty slots inside the fill are never drawn
     sub, tiles = poisoned(scan.n_subs(cap, threads), np.float64), poisoned(scan.n_tiles(cap, threads), np.float64)
     arrivals, prio_dev = dev(np.zeros(2, np.int32)), dev(prio)
-    scan.launch_scan(prio_dev, sub, tiles, cap, threads, arrivals[0:1])
+    scan.launch_scan(prio_dev, sub, tiles, cap, threads, arrivals[0:1], dev(np.array([size])))
     idx, w = poisoned(batch, np.int64), poisoned(batch)
     k0, k1, step = int(rng.integers(0, 2**32)), 5, int(rng.integers(0, 1000))
     per.per_sample_kernel[2, 32](prio_dev, sub, tiles, scan.subs_per_tile(threads), dev(np.array([size])), batch, 0.4,

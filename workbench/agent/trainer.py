@@ -168,7 +168,7 @@ class DeviceTrainer:
         S, cfg = self.state, self.cfg
         rp, b, lr, wd = S.replay, S.batch, S.learner, S.window
         g = _grid(b.size, self.tpb) + (st,)
-        K_scan.launch_scan(rp.prio, rp.sub, rp.tiles, rp.capacity, rp.scan_threads, lr.arrival(ARR.SCAN), st)
+        K_scan.launch_scan(rp.prio, rp.sub, rp.tiles, rp.capacity, rp.scan_threads, lr.arrival(ARR.SCAN), rp.size, st)
         K_opt.step_unless_guard_kernel[1, 1, st](lr.step, lr.guard)
         K_per.per_sample_kernel[g](rp.prio, rp.sub, rp.tiles, K_scan.subs_per_tile(rp.scan_threads), rp.size, b.size,
                                    cfg.per_beta, self.k0, self.k1, lr.step, b.idx, b.isw, lr.arrival(ARR.DRAW))
