@@ -26,8 +26,9 @@ err = open(sys.argv[2]).read().splitlines()
 market = next((l.split("market: ", 1)[1].split(" ")[0].rstrip(",") for l in err if "market: " in l), "?")
 splits = next((l.split("splits: ", 1)[1].split(" (")[0] for l in err if "splits: " in l), "?")
 m = d["stitched_oos"]
-print(f"{market} | {splits} | Sharpe {m['sharpe']:.2f} over {m['days']} days, net {m['net_pnl_usd']:,.0f} USD, "
-      f"{m['trades']} trades")
+f = lambda v, spec: "n/a" if v is None else format(v, spec)  # noqa: E731  (a refused figure is null)
+print(f"{market} | {splits} | Sharpe {f(m['sharpe'], '.2f')} over {m['days']} days, net {f(m['net_pnl_usd'], ',.0f')} "
+      f"USD, {m['trades']} trades")
 EOF
 )
   else
