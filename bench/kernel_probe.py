@@ -90,7 +90,7 @@ def main() -> int:
     if args.old:
         kmods["old"] = (_load(f"{args.old}/c51.py", "c51_old"), _load(f"{args.old}/dense.py", "dense_old"))
 
-    # ---- the dueling head: inputs read only, so outputs compare after timing ----
+    # ---- the dueling head (its inputs are only read) ----
     for rows in (2 * B, B):
         hb = []
         for _ in range(P):
@@ -116,7 +116,7 @@ def main() -> int:
             res["max_abs_diff_vs_old"][f"head {rows} rows (logp, q)"] = diff
             print(f"head {rows} rows: max |now - old| {diff:.3g}")
 
-    # ---- the C51 loss: inputs read only ----
+    # ---- the C51 loss (its inputs are only read) ----
     lbs = []
     for _ in range(P):
         logp = np.log(rng.dirichlet(np.ones(ATOMS), (B, A))).astype(np.float32)
