@@ -8,8 +8,10 @@ its own seed (and its own copy of the window). Each figure: median over 5 timed 
 launches of the joint update graph, after one warm block, and the same ``--steps`` updates as one
 launch of a loop graph (the agents' passes side by side in one WHILE node), each agent's GEMMs on its
 own stream and (``batched``, what a population runs by default) the agents meeting at every GEMM for
-one batched cuBLAS GEMM (``workbench.agent.gemm.GemmMeeting``). Also: device memory per
-agent, graph nodes, and the time to allocate, fill and capture. Usage (on the GPU machine):
+one batched cuBLAS GEMM (``workbench.agent.gemm.GemmMeeting``), and (``beside``, what a population
+of fewer than 8 agents runs by default) each agent's GEMMs on its own stream with its update's
+independent work on a second stream of its own (``DeviceTrainer.update_beside``). Also: device memory
+per agent, graph nodes, and the time to allocate, fill and capture. Usage (on the GPU machine):
     python bench/population_step.py [--sizes 1,4,16,32,64] [--steps 100] [--json OUT.json]
 """
 from __future__ import annotations
@@ -26,7 +28,8 @@ def population(P: int, steps: int, fused: bool = True) -> dict:
     from workbench.agent.gemm import GemmMeeting, make_gemm
     from workbench.agent.population import agent_bytes
     from workbench.agent.train_config import TrainConfig
-    from workbench.agent.trainer import DeviceTrainer
+    from workbench.agent.network import run_steps
+    from workbench.agent.trainer import DeviceTrainer, Side
     from workbench.device import Device, Loop
     from workbench.gpu_profile import GpuProfile
     from workbench.markets import load_market
@@ -40,8 +43,12 @@ def population(P: int, steps: int, fused: bool = True) -> dict:
     trainers = []
     for i in range(P):
         lane = device.lane()
-        t = DeviceTrainer(lane, make_gemm(lane, "cublas", "fp32"), prof, cfg, load_market("es"), 100_000.0, seed=1 + i)
+        side = Side(device.lane(), None)
+        side = side._replace(gemm=make_gemm(side.device, "cublas", "fp32"))
+        t = DeviceTrainer(lane, make_gemm(lane, "cublas", "fp32"), prof, cfg, load_market("es"), 100_000.0, seed=1 + i,
+                          side=lambda side=side: side)
         t.allocate(w)
+        t.use_side()
         trainers.append(t)
     lanes = [t.device for t in trainers]
     device.wait_for(lanes)
@@ -56,11 +63,13 @@ def population(P: int, steps: int, fused: bool = True) -> dict:
     for math in ("fp32", "tf32"):
         for t in trainers:
             t.gemm.set_math(math)
+            t.side.gemm.set_math(math)
+        one_stream = [lambda st, t=t: run_steps(t.update_steps(st)) for t in trainers]
         t1 = time.perf_counter()
-        upd = device.capture_lanes(lanes, [t.enqueue_update for t in trainers])
+        upd = device.capture_lanes(lanes, one_stream)
         capture_s = time.perf_counter() - t1
-        loops = [Loop(t.device, t.enqueue_update, steps, guard=t.state.learner.guard, steps=t.update_steps)
-                 for t in trainers]
+        loops = [Loop(t.device, body, steps, guard=t.state.learner.guard, steps=t.update_steps)
+                 for t, body in zip(trainers, one_stream)]
         loop = device.capture_loops(loops)
         ms = ms_per_step(device, lambda: upd.replay(steps), steps)
         loop_ms = ms_per_step(device, loop.launch, steps)
@@ -76,6 +85,12 @@ def population(P: int, steps: int, fused: bool = True) -> dict:
             row[math].update({f"{name}_ms_per_update": b_ms, f"{name}_agent_updates_per_s": P * 1e3 / b_ms,
                               f"{name}_graph_nodes": batched.n_nodes})
             del batched
+        beside = device.capture_loops([Loop(t.device, t.update_beside, steps, guard=t.state.learner.guard)
+                                       for t in trainers])
+        s_ms = ms_per_step(device, beside.launch, steps)
+        row[math].update({"beside_ms_per_update": s_ms, "beside_agent_updates_per_s": P * 1e3 / s_ms,
+                          "beside_graph_nodes": beside.n_nodes})
+        del beside
         assert all(t.state.learner.guard.copy_to_host()[0] == 0 for t in trainers)
         if P >= 16:
             row[math]["breakdown_ms_per_agent"] = breakdown(device, lanes, trainers, steps)
@@ -140,7 +155,8 @@ def main() -> int:
           f"{torch_rows[0][0]}: {torch_ms:.4f} ms/update = {1e3 / torch_ms:,.0f} updates/s")
     print(f"{'P':>3} {'MB/agent':>9} {'fp32 ms/launch':>15} {'fp32 upd/s':>11} {'x torch':>8} "
           f"{'tf32 ms/launch':>15} {'tf32 upd/s':>11} {'x torch':>8} {'nodes':>6} {'setup s':>8} "
-          f"{'loop fp32 upd/s':>16} {'loop tf32 upd/s':>16} {'batched fp32':>13} {'batched tf32':>13}")
+          f"{'loop fp32 upd/s':>16} {'loop tf32 upd/s':>16} {'batched fp32':>13} {'batched tf32':>13} "
+          f"{'beside fp32':>12} {'beside tf32':>12}")
     for r in rows:
         f, t = r["fp32"], r["tf32"]
         print(f"{r['P']:3d} {r['bytes_per_agent'] / 2**20:9.0f} {f['ms_per_launch']:15.4f} {f['agent_updates_per_s']:11,.0f} "
@@ -148,7 +164,8 @@ def main() -> int:
               f"{t['agent_updates_per_s']:11,.0f} {t['agent_updates_per_s'] * torch_ms / 1e3:8.2f} "
               f"{f['graph_nodes']:6d} {r['setup_s']:8.1f} {f['loop_agent_updates_per_s']:16,.0f} "
               f"{t['loop_agent_updates_per_s']:16,.0f} {f.get('batched_agent_updates_per_s', 0):13,.0f} "
-              f"{t.get('batched_agent_updates_per_s', 0):13,.0f}")
+              f"{t.get('batched_agent_updates_per_s', 0):13,.0f} {f['beside_agent_updates_per_s']:12,.0f} "
+              f"{t['beside_agent_updates_per_s']:12,.0f}")
     if args.json:
         json.dump({"rows": rows, "torch_graph_ms": torch_ms, "torch": torch_rows[0][0]}, open(args.json, "w"), indent=1)
     return 0

@@ -54,10 +54,12 @@ def ms_per_step(device, fn, steps: int) -> float:
     return statistics.median(out)
 
 
-def ours(math: str, steps: int, rows: list, fused: bool = True):
+def ours(math: str, steps: int, rows: list, fused: bool = True, beside: bool = False):
+    """Our update at the reference shape (``beside``: its independent work on a side stream,
+    ``DeviceTrainer.update_beside``; the per-launch breakdown is measured on one stream only)."""
     from workbench.agent.gemm import make_gemm
     from workbench.agent.train_config import TrainConfig
-    from workbench.agent.trainer import DeviceTrainer
+    from workbench.agent.trainer import DeviceTrainer, Side
     from workbench.device import Device, Loop
     from workbench.gpu_profile import GpuProfile
     from workbench.markets import load_market
@@ -66,13 +68,17 @@ def ours(math: str, steps: int, rows: list, fused: bool = True):
     prof = GpuProfile(name="bench", hidden=H, atoms=ATOMS, batch=B, n_envs=4096, replay_vram_fraction=0.5,
                       gemm="cublas", math=math, fused_epilogues=fused)
     cfg = TrainConfig(replay_capacity=CAP, rollout_steps=256, learning_starts=0)
-    tr = DeviceTrainer(device, make_gemm(device, "cublas", math), prof, cfg, load_market("es"), 100_000.0, seed=1)
+    lane = device.lane()
+    side = (lambda: Side(lane, make_gemm(lane, "cublas", math))) if beside else None
+    tr = DeviceTrainer(device, make_gemm(device, "cublas", math), prof, cfg, load_market("es"), 100_000.0, seed=1,
+                       side=side)
     w = _window()
     g = tr.prepare(w)
     if fused and not tr.state.nets.online.fused:
         raise SystemExit(f"fused epilogues asked for but unavailable: {tr.gemm.lt_error}")
     back = "and backward" if tr.state.nets.online.fuses_backward else "only"
-    math = f"{math}, {f'fused epilogues: forward {back}' if fused else 'bias kernels'}"
+    math = f"{math}, {f'fused epilogues: forward {back}' if fused else 'bias kernels'}" + (", side stream" if beside
+                                                                                            else "")
     tr.state.envs.eps_slot.value[0] = 1.0
     g.experience.launch()  # 4096 envs x 256 steps = 1M transitions: a full ring
     device.synchronize()
@@ -83,7 +89,8 @@ def ours(math: str, steps: int, rows: list, fused: bool = True):
     loop_ms = ms_per_step(device, loop.launch, steps)
     eager_ms = ms_per_step(device, lambda: [tr.enqueue_update(device.stream) for _ in range(steps)], steps)
     assert tr.state.learner.guard.copy_to_host()[0] == 0  # every loop ran all its passes
-    breakdown(tr, device, rows, math)
+    if not beside:
+        breakdown(tr, device, rows, math)
     rows.append((f"ours, graph replay, cuBLAS {math}", graph_ms, one.n_nodes))
     rows.append((f"ours, graph loop ({steps} updates in one launch), cuBLAS {math}", loop_ms, one.n_nodes))
     rows.append((f"ours, eager Numba launches, cuBLAS {math}", eager_ms, one.n_nodes))
@@ -256,6 +263,7 @@ def main() -> int:
     for math in ("fp32", "tf32"):
         for fused in (False, True):
             ours(math, args.steps, rows, fused)
+        ours(math, args.steps, rows, True, beside=True)
     for graph in (False, True):
         torch_update(max(20, args.steps // 4) if not graph else args.steps, rows, graph)
     D, W = F + N_POS, ATOMS * 10

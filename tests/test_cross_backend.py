@@ -16,7 +16,7 @@ from cuda_kernels.slots import RF
 from workbench.agent.cpu_trainer import CpuTrainer
 from workbench.agent.network import views
 from workbench.agent.train_config import TrainConfig
-from workbench.agent.trainer import DeviceTrainer
+from workbench.agent.trainer import DeviceTrainer, Side
 from workbench.agent.window import make_window
 from workbench.device import Device
 from workbench.features import build_features
@@ -24,7 +24,10 @@ from workbench.gpu_profile import GpuProfile
 
 
 @pytest.mark.slow
-def test_update_steps_agree(bars, fold_gemm):
+@pytest.mark.parametrize("beside", [False, True], ids=["one-stream", "side-stream"])
+def test_update_steps_agree(bars, fold_gemm, beside):
+    """One update at a time against the CPU backend, on one stream and with the update's independent
+    work on a side stream (``DeviceTrainer.update_beside``: the same kernels and GEMMs, reordered)."""
     feats = build_features(bars)
     fold = dict(train_start=200, train_stop=700, val_start=720, val_stop=740, test_start=760, test_stop=780)
     w = make_window(bars, feats, fold)
@@ -32,8 +35,11 @@ def test_update_steps_agree(bars, fold_gemm):
     cfg = TrainConfig(rollout_steps=6, n_step=2, episode_len=30, learning_starts=0, replay_capacity=1024,
                       v_min=-2.0, v_max=2.0, lr=1e-3)
     device = Device()
-    gpu = DeviceTrainer(device, fold_gemm(device), prof, cfg, bars.market, 100_000.0, seed=11)
+    lane = device.lane()
+    side = (lambda: Side(lane, fold_gemm(lane))) if beside else None
+    gpu = DeviceTrainer(device, fold_gemm(device), prof, cfg, bars.market, 100_000.0, seed=11, side=side)
     graphs = gpu.prepare(w)
+    assert (gpu.side is not None) == beside
     S = gpu.state
     S.envs.eps_slot.value[0] = 1.0
     graphs.experience.launch()  # real experience from the GPU envs fills the replay

@@ -30,6 +30,16 @@ def test_fold_trains_deterministically(bars):
     assert not np.array_equal(a.params, c.params)
 
 
+def test_an_update_beside_a_side_stream_is_bit_for_bit_one_stream(bars):
+    """``gpu.branches`` (on by default): the update's target forward, weight gradients and priority
+    update on a second stream beside its main chain compute what one stream computes, bit for bit."""
+    a, b = _run(bars, 5), _run(bars, 5, 'gpu.branches="off"')
+    assert [e["updates"] for e in a.epochs] == [50, 50, 50]
+    assert np.array_equal(a.params, b.params)
+    assert [e["loss"] for e in a.epochs] == [e["loss"] for e in b.epochs]
+    assert np.array_equal(a.bars["pnl_usd"].to_numpy(), b.bars["pnl_usd"].to_numpy())
+
+
 def test_fused_epilogues_train_within_rounding_of_our_kernels(bars):
     """cuBLASLt's fused bias + ReLU epilogues (the default where nvmath-python loads) against our bias
     kernels after each GEMM (``gpu.fused_epilogues = "off"``): the forward's outputs agree to rounding

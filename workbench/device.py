@@ -547,6 +547,37 @@ class Event:
         return float(check(drv.cuEventElapsedTime(self._ev, later._ev), "cuEventElapsedTime"))
 
 
+class Handoff:
+    """A dependency between two streams of one device, inside a capture or outside one: ``give(a)`` marks
+    the work enqueued on ``a`` so far; ``take(b)``: work enqueued on ``b`` from then on runs after it
+    (each ``take`` waits for the latest ``give``). One event, made once and reused. Inside a capture of
+    ``a``, a stream that takes from it joins the capture (a fork), and every stream so joined must be
+    given back to the capturing stream before the capture ends (a join). No-ops in the simulator, whose
+    launches run in program order."""
+
+    def __init__(self, device: Device):
+        self.simulator = device.simulator
+        if not self.simulator:
+            drv = _drv()
+            self._ev = check(drv.cuEventCreate(drv.CUevent_flags.CU_EVENT_DISABLE_TIMING), "cuEventCreate")
+
+    def __del__(self):
+        try:
+            if not self.simulator:
+                _drv().cuEventDestroy(self._ev)
+        except Exception:  # interpreter shutdown
+            pass
+
+    def give(self, a: Device) -> "Handoff":
+        if not self.simulator:
+            check(_drv().cuEventRecord(self._ev, a.raw_stream), "cuEventRecord (handoff)")
+        return self
+
+    def take(self, b: Device) -> None:
+        if not self.simulator:
+            check(_drv().cuStreamWaitEvent(b.raw_stream, self._ev, 0), "cuStreamWaitEvent (handoff)")
+
+
 class Readback:
     """Device scalars read back together: one ``cuMemcpyDtoHAsync`` each into one long-lived pinned
     buffer, then a single stream synchronisation (the only host sync of an epoch)."""

@@ -32,6 +32,9 @@ class GpuProfile:
     batched_gemm: bool = _f(True, "from 8 agents on, a population's agents' same GEMM of an update as one batched "
                                   "cuBLAS GEMM (false: each agent's GEMMs on its own stream, bit for bit what it "
                                   "computes alone)")
+    branches: bool = _f(True, "an update's work that does not wait on its main chain (the target forward, weight "
+                              "gradients, priority update) on a second stream beside it, where agents do not batch "
+                              "their GEMMs (false: one stream; the same results bit for bit either way)")
     fused_epilogues: bool = _f(True, "the trunk's bias + ReLU (and their gradients) inside cuBLASLt's GEMMs where "
                                      "nvmath-python loads (false: our kernels after each GEMM)")
 

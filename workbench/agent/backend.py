@@ -16,6 +16,7 @@ class Backend:
         self.kind = kind
         self.device = self.gemm = None
         self.lanes: list = []  # (lane, gemm) of population agents, made on first use and reused
+        self.sides: dict = {}  # the trainers' side streams (trainer.Side), made on first use and reused
         if kind == "gpu":
             from ..device import Device
             from .gemm import make_gemm
@@ -34,7 +35,7 @@ class Backend:
         if overrides is None:
             return self.profile
         changes = {k: v for k, v in dataclasses.asdict(overrides).items() if v}
-        for switch in ("batched_gemm", "fused_epilogues"):
+        for switch in ("batched_gemm", "branches", "fused_epilogues"):
             if switch in changes:
                 if changes[switch] not in ("on", "off"):
                     raise ConfigError(f"gpu.{switch} must be 'on' or 'off', got {changes[switch]!r}")
@@ -46,7 +47,8 @@ class Backend:
         if self.kind == "gpu":
             from .trainer import DeviceTrainer
 
-            return DeviceTrainer(self.device, self.gemm, profile, cfg, spec, capital, seed)
+            return DeviceTrainer(self.device, self.gemm, profile, cfg, spec, capital, seed,
+                                 side=self._side_maker("main", self.device, profile))
         from .cpu_trainer import CpuTrainer
 
         return CpuTrainer(profile, cfg, spec, capital, seed)
@@ -62,7 +64,26 @@ class Backend:
             lane: Device = self.device.lane()
             self.lanes.append((lane, make_gemm(lane, profile.gemm, profile.math)))
         lane, gemm = self.lanes[i]
-        return DeviceTrainer(lane, gemm, profile, cfg, spec, capital, seed)
+        return DeviceTrainer(lane, gemm, profile, cfg, spec, capital, seed, side=self._side_maker(i, lane, profile))
+
+    def _side_maker(self, key, device, profile):
+        """What makes (once, on first use) the side stream of the trainer on ``device``
+        (:class:`~workbench.agent.trainer.Side`: another stream with its own GEMM backend), or None where
+        ``gpu.branches`` is off."""
+        if not profile.branches:
+            return None
+
+        def make():
+            from .gemm import make_gemm
+            from .trainer import Side
+
+            k = (key, profile.gemm, profile.math)
+            if k not in self.sides:
+                lane = device.lane()
+                self.sides[k] = Side(lane, make_gemm(lane, profile.gemm, profile.math))
+            return self.sides[k]
+
+        return make
 
     def describe(self) -> str:
         if self.kind == "gpu":

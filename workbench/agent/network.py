@@ -169,8 +169,10 @@ class DeviceNetwork:
         # the bias-gradient kernel's scratch (its row slices' sums, and its per-tile arrival counts, which
         # every launch leaves at zero): one for this network's backward launches, which run in turn
         part_shape, tiles = dense.bias_backward_scratch_shapes(max(H, shape.head_width), device.simulator)
-        self.bwd_scratch = (cuda.device_array(part_shape, np.float32, stream=s),
-                            cuda.to_device(np.zeros(tiles, np.int32), stream=s))
+        scratch = lambda: (cuda.device_array(part_shape, np.float32, stream=s),  # noqa: E731
+                           cuda.to_device(np.zeros(tiles, np.int32), stream=s))
+        self.bwd_scratch = scratch()
+        self.head_scratch = scratch()  # the head's bias gradient's, which may run beside the others (backward_beside)
         self.view_of = None
 
     @property
@@ -180,7 +182,7 @@ class DeviceNetwork:
             return 0
         return sum(int(a.size) * int(a.dtype.itemsize) for a in (self.h1, self.h2, self.head, self.logp, self.q,
                                                                   self.d2, self.d1, self.mask1, self.mask2,
-                                                                  *self.bwd_scratch)
+                                                                  *self.bwd_scratch, *self.head_scratch)
                    if a is not None)
 
     @property
@@ -200,6 +202,15 @@ class DeviceNetwork:
         for k in ("h1", "h2", "head", "logp", "q", "d2", "d1", "mask1", "mask2"):
             if getattr(self, k) is not None:
                 setattr(v, k, getattr(self, k)[a:b])
+        return v
+
+    def on(self, device, gemm) -> "DeviceNetwork":
+        """This network (the same buffers) enqueued on another stream of the same device with a GEMM
+        backend bound to that stream: a side branch of an update (:meth:`backward_beside`,
+        :meth:`~workbench.agent.trainer.DeviceTrainer.update_beside`)."""
+        v = object.__new__(DeviceNetwork)
+        v.__dict__.update(self.__dict__)
+        v.device, v.gemm, v.view_of = device, gemm, self.view_of or self
         return v
 
     def forward(self, params_flat, x) -> None:
@@ -239,6 +250,34 @@ class DeviceNetwork:
         yield Gemm(self.d2, p["W2"], self.d1, 0, 1, self.gemm,
                    Epilogue(DRELU_BGRAD, g["b1"], self.h1, self.mask1, fb, d, self.bwd_scratch))
         yield Gemm(x, self.d1, g["W1"], 1, 0, self.gemm)
+
+
+    def backward_beside(self, params_flat, grads_flat, x, dhead, side: "DeviceNetwork", fork, d2_ready,
+                        join) -> None:
+        """:meth:`backward` with the head's bias and weight gradients and W2's weight gradient on ``side``
+        (this network on another stream, :meth:`on`) beside the chain d2 -> d1 -> W1's gradient on this
+        network's stream: the same kernels and GEMMs on the same buffers, so the same results bit for bit
+        (the head's bias gradient uses a scratch of its own). The :class:`~workbench.device.Handoff`
+        ``fork``: ``side`` starts after the work enqueued here so far (the loss that wrote ``dhead``);
+        ``d2_ready``: it reads d2 once d2's epilogue is done; ``join``: what is enqueued here after this
+        call runs after ``side``'s work."""
+        p, g = views(params_flat, self.shape), views(grads_flat, self.shape)
+        sh, d, sd = self.shape, self.device, side.device
+        fb = self.fuses_backward
+        fork.give(d).take(sd)
+        gw, bw = dense.bias_backward_launch(sh.head_width, d.simulator)
+        dense.bias_act_backward_kernel[gw, bw, sd.stream](dhead, self.head, g["b3"], self.rows, sh.head_width,
+                                                         dense.ACT_IDENTITY, *self.head_scratch)  # reads dhead only
+        Gemm(self.h2, dhead, g["W3"], 1, 0, side.gemm).run()
+        Gemm(dhead, p["W3"], self.d2, 0, 1, self.gemm,
+             Epilogue(DRELU_BGRAD, g["b2"], self.h2, self.mask2, fb, d, self.bwd_scratch)).run()
+        d2_ready.give(d).take(sd)
+        Gemm(self.h1, self.d2, g["W2"], 1, 0, side.gemm).run()
+        join.give(sd)
+        Gemm(self.d2, p["W2"], self.d1, 0, 1, self.gemm,
+             Epilogue(DRELU_BGRAD, g["b1"], self.h1, self.mask1, fb, d, self.bwd_scratch)).run()
+        Gemm(x, self.d1, g["W1"], 1, 0, self.gemm).run()
+        join.take(d)
 
 
 # Where cuBLASLt's DRELU_BGRAD backward beats a plain GEMM and our ReLU-gradient/bias-gradient kernel

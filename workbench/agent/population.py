@@ -32,7 +32,7 @@ import numpy as np
 
 from ..device import Device, Readback
 from ..errors import ConfigError
-from .gemm import GemmMeeting, make_gemm
+from .gemm import BATCH_MIN_AGENTS, GemmMeeting, make_gemm
 from .loop import EpochStats, run_agents
 from .network import DeviceNetwork
 from .records import FoldTrainResult
@@ -62,15 +62,19 @@ class GpuPopulation:
 
     def _meeting(self, ts) -> GemmMeeting | None:
         """The update loops' GEMM meeting (:class:`~workbench.agent.gemm.GemmMeeting`), unless the profile
-        turns it off or the agents' GEMMs differ (cuBLAS math modes, a Numba GEMM beside cuBLAS, network
-        or batch sizes: :func:`train_jobs` groups by size, a population built by hand need not)."""
+        turns it off, the agents' GEMMs differ (cuBLAS math modes, a Numba GEMM beside cuBLAS, network
+        or batch sizes: :func:`train_jobs` groups by size, a population built by hand need not), or none
+        of its meetings would batch (fewer agents than it batches from, or a GEMM that cannot batch):
+        then each agent's passes run on its lane as they are, with its side stream where it has one
+        (:meth:`~workbench.agent.trainer.DeviceTrainer.update_beside`)."""
         prof = ts[0].profile
-        if not prof.batched_gemm or len({(getattr(t.gemm, "name", ""), t.state.shape, t.state.batch.size)
-                                         for t in ts}) != 1:
+        if (not prof.batched_gemm or len(ts) < BATCH_MIN_AGENTS
+                or len({(getattr(t.gemm, "name", ""), t.state.shape, t.state.batch.size) for t in ts}) != 1):
             return None
         if self.gemm is None:
             self.gemm = make_gemm(self.device, prof.gemm, prof.math)
-        return GemmMeeting(self.device, self.gemm)
+        meet = GemmMeeting(self.device, self.gemm)
+        return meet if meet.can_batch else None
 
     def _learners(self, epoch: int, active) -> tuple[int, ...]:
         """The agents of ``active`` that train in ``epoch`` (their replay holds ``learning_starts``)."""
@@ -86,6 +90,9 @@ class GpuPopulation:
                 self.joint[key] = self.device.capture_lanes([t.device for t in ts], [t._validate for t in ts])
             else:
                 meet = self._meeting(ts) if phase == "update" else None
+                if phase == "update" and meet is None:
+                    for t in ts:  # each agent's pass as its loop body: beside its side stream where it has one
+                        t.use_side()
                 self.joint[key] = self.device.capture_loops([getattr(t, f"{phase}_loop")() for t in ts], meet=meet)
         return self.joint[key]
 

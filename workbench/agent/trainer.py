@@ -43,7 +43,7 @@ from cuda_kernels import scan as K_scan
 from cuda_kernels.nb import load_kernels
 from cuda_kernels.slots import ARR, STAT
 
-from ..device import Device, Loop, Readback
+from ..device import Device, Handoff, Loop, Readback
 from ..gpu_profile import GpuProfile
 from ..markets import MarketSpec
 from .device_state import DeviceState, alloc_state
@@ -85,6 +85,28 @@ class Graphs(NamedTuple):
     validation: object  # the validation backtest and its statistics
 
 
+class Side(NamedTuple):
+    """A second stream of the trainer's device and a GEMM backend bound to it: where an update's work that
+    does not wait on its main chain runs beside it (:meth:`DeviceTrainer.update_beside`)."""
+
+    device: Device
+    gemm: object
+
+
+class Handoffs(NamedTuple):
+    """The points where an update's side branch leaves and rejoins its main chain (one
+    :class:`~workbench.device.Handoff` each, made once per trainer)."""
+
+    draw: Handoff       # main -> side: the PER draw is done (the side gathers s' and the batch)
+    obs_next: Handoff   # side -> main: s' gathered (the online network's stacked forward reads it)
+    target: Handoff     # side -> main: the target forward done (the loss reads it)
+    loss: Handoff       # main -> side: the loss wrote dhead (the backward's side starts)
+    d2: Handoff         # main -> side: d2 and its epilogue done (W2's gradient)
+    grads: Handoff      # side -> main: the side's gradients done (the grad norm reads every gradient)
+    norm: Handoff       # main -> side: the grad norm and guard done (the priority update)
+    prio: Handoff       # side -> main: the priority update done (the next pass's scan reads it)
+
+
 def epoch_stats(r: dict, ms: dict, extra: dict) -> EpochStats:
     """An epoch's report from its readback (:meth:`DeviceTrainer.readback_sources` names)."""
     stats = r["stats"]
@@ -101,8 +123,9 @@ class DeviceTrainer:
     device buffer and ``graphs`` the captured work; tests and benchmarks read those, nothing else."""
 
     def __init__(self, device: Device, gemm, profile: GpuProfile, cfg: TrainConfig, spec: MarketSpec,
-                 capital: float, seed: int):
+                 capital: float, seed: int, side=None):
         self.device, self.gemm, self.profile, self.cfg = device, gemm, profile, cfg
+        self.make_side, self.side, self.handoffs = side, None, None  # side: a callable giving a Side, or None
         self.spec, self.capital, self.seed = spec, capital, seed
         self.tpb = _tpb(device)
         self.red = 32 if device.simulator else 1024  # threads of one-block reductions (a power of two)
@@ -153,8 +176,56 @@ class DeviceTrainer:
         K_ro.set_counter_kernel[1, 1, st](ro.k, 0)
 
     def enqueue_update(self, st) -> None:
-        """One training step: the three parts in order (what the ``update`` graph holds)."""
-        run_steps(self.update_steps(st))
+        """One training step (what the ``update`` graph's loop body holds): :meth:`update_beside` once
+        :meth:`use_side` has given the trainer a side stream, else the three parts in order on ``st``."""
+        if self.side is not None:
+            self.update_beside(st)
+        else:
+            run_steps(self.update_steps(st))
+
+    def use_side(self) -> bool:
+        """Make the side stream (from the callable given as ``side``) and the handoffs, once, outside any
+        capture; False where the trainer was given none."""
+        if self.side is None and self.make_side is not None:
+            self.side = self.make_side()
+            self.handoffs = Handoffs(*(Handoff(self.device) for _ in Handoffs._fields))
+        return self.side is not None
+
+    def update_beside(self, st) -> None:
+        """One training step as :meth:`update_steps` computes it, bit for bit (the same kernels on the same
+        buffers in an order that respects every read after a write), with the work that does not wait
+        on the main chain on the side stream beside it: the s' and batch gathers and the target network's
+        forward beside the s gather and the online network's forward, the head's bias and weight
+        gradients and W2's weight gradient beside the d2 -> d1 -> W1 chain
+        (:meth:`~workbench.agent.network.DeviceNetwork.backward_beside`), the priority update beside
+        Adam. One agent's update leaves most of the GPU idle, so the branches overlap."""
+        S, h = self.state, self.handoffs
+        m, sd = self.device, self.side.device
+        rp, b, lr, wd, nets, sh = S.replay, S.batch, S.learner, S.window, S.nets, S.shape
+        ss = sd.stream
+        self._scan_and_draw(st)
+        h.draw.give(m).take(sd)
+        gobs = _gs(self.device, b.size * sh.obs_dim, self.tpb)
+        K_ro.gather_obs_kernel[gobs + (ss,)](wd.features, rp.int_store, b.idx, b.size, wd.n_features, N_POS, 1,
+                                             b.obs_next)
+        h.obs_next.give(sd)
+        K_ro.gather_batch_kernel[_grid(b.size, self.tpb) + (ss,)](rp.int_store, rp.float_store, b.idx, b.size,
+                                                                 b.actions, b.ret, b.terminal)
+        nets.t2.on(sd, self.side.gemm).forward(lr.target, b.obs_next)
+        h.target.give(sd)
+        K_ro.gather_obs_kernel[gobs + (st,)](wd.features, rp.int_store, b.idx, b.size, wd.n_features, N_POS, 0, b.obs)
+        h.obs_next.take(m)
+        nets.online.forward(lr.params, b.obs_pair)
+        h.target.take(m)
+        self._loss(st)
+        s = nets.s
+        s.backward_beside(lr.params, lr.grads, b.obs, b.dhead, s.on(sd, self.side.gemm), h.loss, h.d2, h.grads)
+        self._grad_norm_guard(st)
+        h.norm.give(m).take(sd)
+        self._priority_update(ss)
+        h.prio.give(sd)
+        self._adam(st)
+        h.prio.take(m)
 
     def update_steps(self, st):
         """One training step as steps (:func:`~workbench.agent.network.run_steps`): its kernels enqueued,
@@ -165,17 +236,24 @@ class DeviceTrainer:
 
     def _update_sample(self, st) -> None:
         """Training step, part 1 (sample): prefix sum, PER draw and weights, batch gathers."""
-        S, cfg = self.state, self.cfg
-        rp, b, lr, wd = S.replay, S.batch, S.learner, S.window
+        S = self.state
+        rp, b, wd = S.replay, S.batch, S.window
         g = _grid(b.size, self.tpb) + (st,)
-        K_scan.launch_scan(rp.prio, rp.sub, rp.tiles, rp.capacity, rp.scan_threads, lr.arrival(ARR.SCAN), rp.size, st)
-        K_opt.step_unless_guard_kernel[1, 1, st](lr.step, lr.guard)
-        K_per.per_sample_kernel[g](rp.prio, rp.sub, rp.tiles, K_scan.subs_per_tile(rp.scan_threads), rp.size, b.size,
-                                   cfg.per_beta, self.k0, self.k1, lr.step, b.idx, b.isw, lr.arrival(ARR.DRAW))
+        self._scan_and_draw(st)
         gobs = _gs(self.device, b.size * S.shape.obs_dim, self.tpb) + (st,)
         K_ro.gather_obs_kernel[gobs](wd.features, rp.int_store, b.idx, b.size, wd.n_features, N_POS, 0, b.obs)
         K_ro.gather_obs_kernel[gobs](wd.features, rp.int_store, b.idx, b.size, wd.n_features, N_POS, 1, b.obs_next)
         K_ro.gather_batch_kernel[g](rp.int_store, rp.float_store, b.idx, b.size, b.actions, b.ret, b.terminal)
+
+    def _scan_and_draw(self, st) -> None:
+        """The priorities' prefix sum, the update's step, the PER draw and its importance weights."""
+        S, cfg = self.state, self.cfg
+        rp, b, lr = S.replay, S.batch, S.learner
+        K_scan.launch_scan(rp.prio, rp.sub, rp.tiles, rp.capacity, rp.scan_threads, lr.arrival(ARR.SCAN), rp.size, st)
+        K_opt.step_unless_guard_kernel[1, 1, st](lr.step, lr.guard)
+        K_per.per_sample_kernel[_grid(b.size, self.tpb) + (st,)](
+            rp.prio, rp.sub, rp.tiles, K_scan.subs_per_tile(rp.scan_threads), rp.size, b.size, cfg.per_beta, self.k0,
+            self.k1, lr.step, b.idx, b.isw, lr.arrival(ARR.DRAW))
 
     def _learn_steps(self, st):
         """Part 2 (update): forwards, C51 loss, backward, grad norm and guard."""
@@ -190,24 +268,42 @@ class DeviceTrainer:
         run_steps(self._learn_tail_steps(st))
 
     def _learn_tail_steps(self, st):
+        S = self.state
+        b, lr = S.batch, S.learner
+        self._loss(st)
+        yield from S.nets.s.backward_steps(lr.params, lr.grads, b.obs, b.dhead)
+        self._grad_norm_guard(st)
+
+    def _loss(self, st) -> None:
         S, cfg = self.state, self.cfg
         b, lr, nets, sh = S.batch, S.learner, S.nets, S.shape
         nb = len(sh.branch_sizes)
         K_c51.c51_loss_kernel[K_c51.loss_launch(b.size, sh.atoms, nb) + (st,)](
             nets.s.logp, nets.s2.q, nets.t2.logp, b.actions, b.ret, b.terminal, cfg.gamma ** cfg.n_step, cfg.v_min,
             cfg.v_max, sh.atoms, b.isw, nb, lr.branch_sizes, lr.branch_offsets, 1.0 / b.size, b.dhead, b.loss, b.size)
-        yield from nets.s.backward_steps(lr.params, lr.grads, b.obs, b.dhead)
+
+    def _grad_norm_guard(self, st) -> None:
+        S, cfg = self.state, self.cfg
+        b, lr = S.batch, S.learner
         K_opt.grad_norm_guard_kernel[lr.norm_blocks, self.red, st](
-            lr.grads, sh.n_params, lr.partials, lr.arrival(ARR.NORM), cfg.grad_clip, lr.clip, b.loss, b.isw, b.size,
-            nets.s.q, b.size, cfg.q_limit, lr.guard, lr.stats)
+            lr.grads, S.shape.n_params, lr.partials, lr.arrival(ARR.NORM), cfg.grad_clip, lr.clip, b.loss, b.isw,
+            b.size, S.nets.s.q, b.size, cfg.q_limit, lr.guard, lr.stats)
 
     def _update_finish(self, st) -> None:
         """Part 3 (finish): Adam with the target's EMA, priority update (the guard ran with the grad norm)."""
+        self._adam(st)
+        self._priority_update(st)
+
+    def _adam(self, st) -> None:
         S, cfg = self.state, self.cfg
-        b, lr, rp, n = S.batch, S.learner, S.replay, S.shape.n_params
+        lr, n = S.learner, S.shape.n_params
         ga = _gs_per_sm(self.device, n, 256) + (st,)
         K_opt.adam_kernel[ga](lr.params, lr.grads, lr.m, lr.v, n, lr.lr, cfg.adam_beta1, cfg.adam_beta2, cfg.adam_eps,
                               cfg.weight_decay, lr.step, lr.clip, lr.guard, lr.target, cfg.tau)
+
+    def _priority_update(self, st) -> None:
+        S, cfg = self.state, self.cfg
+        b, lr, rp = S.batch, S.learner, S.replay
         K_per.priority_update_kernel[1, self.red, st](rp.prio, b.idx, b.loss, rp.owner, b.size, rp.capacity,
                                                       cfg.per_alpha, cfg.per_eps, rp.max_prio, lr.guard, rp.bad)
 
@@ -257,6 +353,7 @@ class DeviceTrainer:
         """The init phase: :meth:`allocate`, then capture this trainer's graphs."""
         d = self.device
         self.allocate(w)
+        self.use_side()  # where the trainer was given a side stream: its update's independent work beside
         t2 = time.perf_counter()
         self.graphs = Graphs(experience=d.capture_loops([self.experience_loop()]),
                              update=d.capture_loops([self.update_loop()]) if self.cfg.max_steps_per_epoch else None,
