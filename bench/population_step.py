@@ -102,11 +102,16 @@ def _pieces(t) -> dict:
     S = t.state
     b, lr, nets = S.batch, S.learner, S.nets
     return {"sample (scan 1M, PER draw, gathers)": t._update_sample,
+            "  scan of 1M priorities, PER draw": t._scan_and_draw,
             "forward s and s' (online, stacked)": lambda _s: nets.online.forward(lr.params, b.obs_pair),
-            "forward s and s', its 3 GEMMs only": lambda _s: _gemms(t, lr.params, b.obs_pair),
+            "  its 3 GEMMs only": lambda _s: _gemms(t, lr.params, b.obs_pair),
             "forward s' (target)": lambda _s: nets.t2.forward(lr.target, b.obs_next),
             "loss + backward + grad norm + guard": lambda s: (t._update_learn_tail(s)),
-            "finish (Adam with EMA, priorities)": t._update_finish}
+            "  C51 loss": t._loss,
+            "  backward (5 GEMMs, 3 bias gradients)": lambda _s: nets.s.backward(lr.params, lr.grads, b.obs, b.dhead),
+            "  grad norm + guard": t._grad_norm_guard,
+            "finish (Adam with EMA, priorities)": t._update_finish,
+            "  priority update": t._priority_update}
 
 
 def _gemms(t, params, x) -> None:

@@ -22,7 +22,7 @@ ITEMS = 4
 SUB = 32  # priorities per sub-tile: the sampler's last level reads one sub-tile's priorities
 PER_SUB = SUB // ITEMS  # threads per sub-tile
 MAX_THREADS = 1024
-TILE_MAX = MAX_THREADS * ITEMS  # 16 KB of float32 staging
+MAX_SUBS = MAX_THREADS // PER_SUB  # sub-tiles of the largest tile
 
 
 @device_function
@@ -42,37 +42,59 @@ def scan_kernel(x, sub, tile_sums, n, fill, arrivals):
     sub-tile totals within its tile; tile_sums: float64 [n_tiles], each tile's total, then (by the last
     block to finish: ``arrivals``, int32 [1], :func:`cuda_kernels.nb.last_to_arrive`) their inclusive
     scan in place. Elements at or past ``fill[0]`` (int64 [1]: a ring's filled slots, read when the
-    launch runs) count as zero and are not read: a ring filling up is scanned only as far as it holds."""
-    xs = cuda.shared.array(TILE_MAX, float32)
+    launch runs) count as zero and are not read: a ring filling up is scanned only as far as it holds,
+    and a block whose tile is all past it writes its zeros and does nothing else.
+
+    Each thread adds its ``ITEMS`` adjacent elements (read straight from global memory: the warp's
+    four loads cover its 512 bytes once between them), the first ``PER_SUB``-th of the threads a
+    sub-tile's ``PER_SUB`` thread sums, left to right; the sub-tile totals are scanned in a
+    Hillis-Steele pattern (step ``off``: element i adds element i - off of the step before) between
+    two buffers, one barrier a step."""
     ys = cuda.shared.array(MAX_THREADS, float64)
+    za = cuda.shared.array(MAX_SUBS, float64)
+    zb = cuda.shared.array(MAX_SUBS, float64)
     last = cuda.shared.array(1, int32)
     tid = cuda.threadIdx.x
     nt = cuda.blockDim.x
     n_sub = nt // PER_SUB
-    tile0 = cuda.blockIdx.x * nt * ITEMS
+    blk = cuda.blockIdx.x
+    tile0 = blk * nt * ITEMS
     live = min(n, fill[0])
-    for j in range(ITEMS):  # coalesced: the warp's lanes read adjacent elements
-        k = j * nt + tid
-        xs[k] = x[tile0 + k] if tile0 + k < live else float32(0.0)
-    cuda.syncthreads()
-    acc = float64(0.0)  # explicit: the simulator would keep float32 + 0.0 in float32
-    for j in range(ITEMS):  # this thread's ITEMS adjacent elements, left to right
-        acc += float64(xs[tid * ITEMS + j])
-    ys[tid] = acc
-    cuda.syncthreads()
-    total = float64(0.0)
-    if tid < n_sub:  # sub-tile tid's total: its PER_SUB threads' sums, left to right
-        for j in range(PER_SUB):
-            total += ys[tid * PER_SUB + j]
-    cuda.syncthreads()
-    if tid < n_sub:
-        ys[tid] = total
-    cuda.syncthreads()
-    _block_inclusive_scan_dev(ys, tid, n_sub)
-    if tid < n_sub:
-        sub[cuda.blockIdx.x * n_sub + tid] = ys[tid]
-    if tid == n_sub - 1:
-        tile_sums[cuda.blockIdx.x] = ys[tid]
+    if tile0 >= live:  # an empty tile: its levels are zeros (what summing its zeros gives)
+        if tid < n_sub:
+            sub[blk * n_sub + tid] = 0.0
+        if tid == 0:
+            tile_sums[blk] = 0.0
+    else:
+        acc = float64(0.0)  # explicit: the simulator would keep float32 + 0.0 in float32
+        first = tile0 + tid * ITEMS
+        for j in range(ITEMS):  # this thread's ITEMS adjacent elements, left to right
+            if first + j < live:
+                acc += float64(x[first + j])
+        ys[tid] = acc
+        cuda.syncthreads()
+        if tid < n_sub:  # sub-tile tid's total: its PER_SUB threads' sums, left to right
+            total = float64(0.0)
+            for j in range(PER_SUB):
+                total += ys[tid * PER_SUB + j]
+            za[tid] = total
+        cuda.syncthreads()
+        off = 1
+        src = 0  # which buffer holds the step before: 0 za, 1 zb
+        while off < n_sub:
+            if tid < n_sub:
+                if src == 0:
+                    zb[tid] = za[tid] + (za[tid - off] if tid >= off else 0.0)
+                else:
+                    za[tid] = zb[tid] + (zb[tid - off] if tid >= off else 0.0)
+            cuda.syncthreads()
+            src = 1 - src
+            off *= 2
+        if tid < n_sub:
+            v = za[tid] if src == 0 else zb[tid]
+            sub[blk * n_sub + tid] = v
+            if tid == n_sub - 1:
+                tile_sums[blk] = v
     if last_to_arrive(arrivals, 0, cuda.gridDim.x, last):
         _scan_tile_sums_dev(tile_sums, cuda.gridDim.x, ys, tid, nt)
 
