@@ -115,9 +115,8 @@ def bench_scan_per(device, rows):
 
     def sample_update(st):
         scan.launch_scan(prio, subs, tiles, n, threads, arrivals[0:1], full, st)
-        optim.step_increment_kernel[1, 1, st](step)
         per.per_sample_kernel[batch // 256, 256, st](prio, subs, tiles, scan.subs_per_tile(threads), size, batch, 0.4, 7,
-                                                     11, step, idx, w, arrivals[1:2])
+                                                     11, step, guard, idx, w, arrivals[1:2])
         per.priority_update_kernel[1, 1024, st](prio, idx, td, owner, batch, n, 0.6, 1e-3, mx, guard, bad)
 
     sample_update(s)

@@ -116,14 +116,6 @@ def step_increment_kernel(step_arr):
         step_arr[0] += 1
 
 
-@kernel(void(int64[::1], int32[::1]))
-def step_unless_guard_kernel(step_arr, guard):
-    """The update counter (it seeds the PER draw) advances unless the training guard has tripped: after
-    a trip an update changes nothing that lasts, so running it equals not running it."""
-    if cuda.grid(1) == 0 and guard[0] == 0:
-        step_arr[0] += 1
-
-
 @kernel(void(float32[::1], float32[::1], float32[::1], float32[::1], int64, float32[::1], float32, float32,
                float32, float32, int64[::1], float32[::1], int32[::1], float32[::1], float32))
 def adam_kernel(p, g, m, v, n, lr_arr, beta1, beta2, eps, weight_decay, step_arr, clip, guard, target, tau):

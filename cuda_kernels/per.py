@@ -25,13 +25,16 @@ TAG_PER = 0x5045
 
 
 @kernel(void(float32[::1], float64[::1], float64[::1], int64, int64[::1], int64, float32, uint32, uint32, int64[::1],
-             int64[::1], float32[::1], int32[::1]))
-def per_sample_kernel(prio, sub, tiles, subs_per_tile, size_arr, batch, beta, k0, k1, step_arr, out_idx, out_w, arrivals):
+             int32[::1], int64[::1], float32[::1], int32[::1]))
+def per_sample_kernel(prio, sub, tiles, subs_per_tile, size_arr, batch, beta, k0, k1, step_arr, guard, out_idx, out_w,
+                      arrivals):
     """prio: float32 [capacity], zero past the fill; sub, tiles: its scan's upper levels
-    (:func:`cuda_kernels.scan.launch_scan`, ``subs_per_tile``); size_arr/step_arr: int64 [1]; out_idx:
-    int64 [batch]; out_w: float32 [batch], the importance weights divided by the batch's largest by the
-    last block to finish (``arrivals``: int32 [1], :func:`cuda_kernels.nb.last_to_arrive`; blockDim a
-    power of two).
+    (:func:`cuda_kernels.scan.launch_scan`, ``subs_per_tile``); size_arr: int64 [1]; step_arr: int64 [1],
+    the update counter, advanced by one here unless ``guard[0]`` (int32 [1], the training guard) is set
+    (after a trip an update changes nothing that lasts): the draw uses the advanced value, and the last
+    block to finish stores it; out_idx: int64 [batch]; out_w: float32 [batch], the importance weights
+    divided by the batch's largest by that last block (``arrivals``: int32 [1],
+    :func:`cuda_kernels.nb.last_to_arrive`; blockDim a power of two).
 
     Sample i looks for the first slot whose prefix sum exceeds its threshold level by level: the first
     tile whose scanned total does (binary search), the first sub-tile of that tile whose prefix does
@@ -43,12 +46,13 @@ def per_sample_kernel(prio, sub, tiles, subs_per_tile, size_arr, batch, beta, k0
     vals = cuda.local.array(SUB, float32)
     i = cuda.grid(1)
     n = size_arr[0]
+    step = step_arr[0] + (1 if guard[0] == 0 else 0)  # every block reads it before the last one stores it
     if i < batch and n <= 0:
         out_idx[i] = 0
         out_w[i] = 0.0
     elif i < batch:
         total = prefix_dev(prio, sub, tiles, subs_per_tile, n - 1)
-        u, _a, _b, _c = uniform4_dev(i, step_arr[0], TAG_PER, k0, k1)
+        u, _a, _b, _c = uniform4_dev(i, step, TAG_PER, k0, k1)
         thr = (float64(i) + float64(u)) * total / float64(batch)
         last_sub = (n - 1) // SUB
         lo, hi = 0, last_sub // subs_per_tile  # the tile
@@ -82,6 +86,8 @@ def per_sample_kernel(prio, sub, tiles, subs_per_tile, size_arr, batch, beta, k0
         out_idx[i] = j
         out_w[i] = float32((float64(n) * p / total) ** (-float64(beta))) if p > 0 else float32(0.0)
     if last_to_arrive(arrivals, 0, cuda.gridDim.x, last):
+        if cuda.threadIdx.x == 0:
+            step_arr[0] = step
         _normalize_dev(out_w, batch, s, cuda.threadIdx.x, cuda.blockDim.x)
 
 

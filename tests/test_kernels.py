@@ -109,10 +109,12 @@ def test_per_sampling_weights_and_bounds(rng, threads):
     scan.launch_scan(prio_dev, sub, tiles, cap, threads, arrivals[0:1], dev(np.array([size])))
     idx, w = poisoned(batch, np.int64), poisoned(batch)
     k0, k1, step = int(rng.integers(0, 2**32)), 5, int(rng.integers(0, 1000))
+    step_dev = dev(np.array([step]))
     per.per_sample_kernel[2, 32](prio_dev, sub, tiles, scan.subs_per_tile(threads), dev(np.array([size])), batch, 0.4,
-                                 k0, k1, dev(np.array([step])), idx, w, arrivals[1:2])
+                                 k0, k1, step_dev, dev(np.zeros(1, np.int32)), idx, w, arrivals[1:2])
     assert not arrivals.copy_to_host().any()
-    ref_idx, ref_w = per.per_sample_ref(prio, size, batch, 0.4, k0, k1, step)
+    assert step_dev.copy_to_host()[0] == step + 1  # the draw advanced the update counter and used its new value
+    ref_idx, ref_w = per.per_sample_ref(prio, size, batch, 0.4, k0, k1, step + 1)
     got_idx = idx.copy_to_host()
     assert (got_idx >= 0).all() and (got_idx < size).all()
     assert np.array_equal(got_idx, ref_idx)
@@ -202,12 +204,22 @@ def test_grad_norm_adam_ema(rng):
     np.testing.assert_allclose(t.copy_to_host(), optim.ema_ref(t0, p.copy_to_host(), 0.005), rtol=1e-6, atol=1e-7)
 
 
-def test_update_counter_stops_once_the_guard_trips():
-    step = dev(np.array([41], np.int64))
-    optim.step_unless_guard_kernel[1, 1](step, dev(np.zeros(1, np.int32)))
-    assert step.copy_to_host()[0] == 42
-    optim.step_unless_guard_kernel[1, 1](step, dev(np.ones(1, np.int32)))
-    assert step.copy_to_host()[0] == 42  # after a trip an update changes nothing that lasts
+def test_the_draw_stops_the_update_counter_once_the_guard_trips(rng):
+    """The PER draw advances the update counter (its Philox counter) by one per update, in the launch's
+    last block, unless the guard has tripped: then it keeps it and draws with it as it stands."""
+    cap, size, batch, threads = 64, 64, 16, 32
+    prio = dev(rng.uniform(0.1, 1.0, cap).astype(np.float32))
+    sub, tiles = poisoned(scan.n_subs(cap, threads), np.float64), poisoned(scan.n_tiles(cap, threads), np.float64)
+    arrivals, fill = dev(np.zeros(2, np.int32)), dev(np.array([size]))
+    scan.launch_scan(prio, sub, tiles, cap, threads, arrivals[0:1], fill)
+    step, draws = dev(np.array([41], np.int64)), []
+    for guard in (0, 1, 0):
+        idx = poisoned(batch, np.int64)
+        per.per_sample_kernel[2, 8](prio, sub, tiles, scan.subs_per_tile(threads), fill, batch, 0.4, 3, 5, step,
+                                    dev(np.array([guard], np.int32)), idx, poisoned(batch), arrivals[1:2])
+        draws.append((int(step.copy_to_host()[0]), idx.copy_to_host()))
+    assert [d[0] for d in draws] == [42, 42, 43]  # after a trip an update changes nothing that lasts
+    assert np.array_equal(draws[0][1], draws[1][1]) and not np.array_equal(draws[1][1], draws[2][1])
 
 
 def test_training_guard(rng):

@@ -246,14 +246,14 @@ class DeviceTrainer:
         K_ro.gather_batch_kernel[g](rp.int_store, rp.float_store, b.idx, b.size, b.actions, b.ret, b.terminal)
 
     def _scan_and_draw(self, st) -> None:
-        """The priorities' prefix sum, the update's step, the PER draw and its importance weights."""
+        """The priorities' prefix sum, then the PER draw and its importance weights (which advances the
+        update's step unless the guard has tripped)."""
         S, cfg = self.state, self.cfg
         rp, b, lr = S.replay, S.batch, S.learner
         K_scan.launch_scan(rp.prio, rp.sub, rp.tiles, rp.capacity, rp.scan_threads, lr.arrival(ARR.SCAN), rp.size, st)
-        K_opt.step_unless_guard_kernel[1, 1, st](lr.step, lr.guard)
         K_per.per_sample_kernel[_grid(b.size, self.tpb) + (st,)](
             rp.prio, rp.sub, rp.tiles, K_scan.subs_per_tile(rp.scan_threads), rp.size, b.size, cfg.per_beta, self.k0,
-            self.k1, lr.step, b.idx, b.isw, lr.arrival(ARR.DRAW))
+            self.k1, lr.step, lr.guard, b.idx, b.isw, lr.arrival(ARR.DRAW))
 
     def _learn_steps(self, st):
         """Part 2 (update): forwards, C51 loss, backward, grad norm and guard."""
