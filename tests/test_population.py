@@ -18,11 +18,10 @@ from workbench.features import build_features
 from workbench.gpu_profile import GpuProfile
 
 PROF = GpuProfile(hidden=8, atoms=2, batch=4, n_envs=2)
-# bit for bit alone: on a GPU the population's batched cuBLAS GEMMs add in another order, so the exact
-# comparison turns them off there (tests/test_trainer_gpu.py checks the batched run); in the simulator
-# the agents still meet at every GEMM in lockstep, each running its own GEMM
-EXACT = PROF if SIMULATOR else replace(PROF, batched_gemm=False)
-EXACT_RUN = [] if SIMULATOR else ['gpu.batched_gemm="off"']
+# bit for bit alone: the default (batched GEMMs off), stated explicitly so these tests keep checking it;
+# tests/test_trainer_gpu.py checks a batched run against one agent at a time
+EXACT = replace(PROF, batched_gemm=False)
+EXACT_RUN = ['gpu.batched_gemm="off"']
 FOLDS = [dict(train_start=300, train_stop=600, val_start=610, val_stop=614, test_start=630, test_stop=634),
          dict(train_start=500, train_stop=800, val_start=810, val_stop=814, test_start=830, test_stop=834)]
 
@@ -125,7 +124,7 @@ def test_walkforward_trains_its_folds_and_seeds_as_one_population(bars, monkeypa
     assert all(e["ms"]["agents_per_launch"] == 2 for f in result.fold_results for e in f.epochs)
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["population"]["agents_per_graph"] == 2 and summary["population"]["groups"] == 1
-    assert summary["population"]["batched_gemm"].startswith("off")  # simulator: Numba GEMM; on a GPU turned off here
+    assert summary["population"]["batched_gemm"].startswith("off")
     assert summary["seeds"]["seeds"] == 2
     assert (tmp_path / "run" / "fold_001" / "seed_01_bars.parquet").is_file()
     prep = E.WalkForward(cfg).prepare(bars)

@@ -59,19 +59,19 @@ def test_fused_epilogues_train_within_rounding_of_our_kernels(bars):
 
 
 def test_walkforward_in_populations_equals_one_fold_at_a_time(bars):
-    """The GPU walk-forward trains its folds (here 3 folds x 3 seeds) side by side by default. With
-    ``gpu.batched_gemm = "off"`` every agent's result is the one it gets alone (gpu.population = 1), bit
-    for bit; with the default batched GEMMs (9 agents: batched; cuBLAS's batched kernels add in another
-    order) a population run is reproducible bit for bit and within a stated tolerance of one agent at a
-    time; the plan is stated in summary.json."""
+    """The GPU walk-forward trains its folds (here 3 folds x 3 seeds) side by side by default, every
+    agent's result the one it gets alone (gpu.population = 1), bit for bit; with ``gpu.batched_gemm =
+    "on"`` (9 agents: batched; cuBLAS's batched kernels add in another order) a population run is
+    reproducible bit for bit and within a stated tolerance of one agent at a time; the plan is stated
+    in summary.json."""
     from workbench.config import load_config
     from workbench.engine import WalkForward
     args = ["training.epochs=2", "training.max_steps_per_epoch=30", "training.rollout_steps=16",
             "training.learning_starts=1024", "training.seeds=3", "splits.train=3000", "splits.val=1000",
             "splits.test=1000", "splits.max_folds=3", 'device="gpu"']
     runs = {}
-    for key, extra in (("alone", ["gpu.population=1"]), ("exact", ['gpu.batched_gemm="off"']),
-                       ("batched", []), ("batched again", [])):
+    on = ['gpu.batched_gemm="on"']
+    for key, extra in (("alone", ["gpu.population=1"]), ("exact", []), ("batched", on), ("batched again", on)):
         runs[key] = WalkForward(load_config(None, [*args, *extra])).run(bars, progress=None)
     a, b = runs["exact"], runs["alone"]
     assert len(a.fold_results) == 3 and all(f.ok for f in a.fold_results)

@@ -307,7 +307,8 @@ class WalkForward:
                         chosen_by="gpu.population" if prof.population else "free device memory (gpu.population = 0)",
                         groups=plan.get("groups", 0) + 1,
                         batched_gemm=(f"on from {BATCH_MIN_AGENTS} agents per graph: results within rounding of one "
-                                      "agent at a time" if batched else "off: every agent bit for bit as alone"))
+                                      "agent at a time, which training amplifies" if batched else
+                                      "off: every agent bit for bit as alone"))
             for k in dict.fromkeys(group):  # a fold's seeds are one fold on screen
                 if k in started:
                     continue

@@ -8,13 +8,15 @@ at the reference shape leaves most of the H200 idle): the experience steps and t
 loops (:meth:`Device.capture_loops`: agents with the same number of passes share one WHILE node whose
 body forks their passes onto their lanes), validation as branches forked from and joined back into
 the population's stream (:meth:`Device.capture_lanes`).
-Kernels and buffers are the single agent's, unchanged. The update's GEMMs are the exception from 8
-agents on (``gpu.batched_gemm``, on by default): agents whose update loops share a WHILE node run their
-passes in lockstep and meet at each GEMM, which runs for all of them as one batched cuBLAS GEMM
-(:class:`~workbench.agent.gemm.GemmMeeting`; 1.2x the agent-updates per second at 16 and 32 agents
+Kernels and buffers are the single agent's, unchanged, so every agent computes bit for bit what it
+computes alone. The update's GEMMs can be the exception from 8 agents on (``gpu.batched_gemm = "on"``,
+off by default): agents whose update loops share a WHILE node then run their passes in lockstep and
+meet at each GEMM, which runs for all of them as one batched cuBLAS GEMM
+(:class:`~workbench.agent.gemm.GemmMeeting`; ~1.08x the agent-updates per second at 16 and 32 agents
 with TF32 on the H200): the same products added in the batched kernels' order, so an agent's results
-differ from its results alone by rounding. With fewer agents, with ``gpu.batched_gemm = "off"``, with
-the Numba GEMM (and in the simulator) every agent computes bit for bit what it computes alone. The
+differ from its results alone by rounding, which training amplifies (on the shipped sample's search,
+mean validation Sharpes moved by up to 8). With fewer agents, with the Numba GEMM (and in the
+simulator) the agents never batch. The
 epoch's statistics of every agent come back in one readback (one host
 sync per epoch for the whole population); guard restore, epoch selection and logs are per agent
 (:func:`workbench.agent.loop.run_agents`).
@@ -65,8 +67,7 @@ class GpuPopulation:
         turns it off, the agents' GEMMs differ (cuBLAS math modes, a Numba GEMM beside cuBLAS, network
         or batch sizes: :func:`train_jobs` groups by size, a population built by hand need not), or none
         of its meetings would batch (fewer agents than it batches from, or a GEMM that cannot batch):
-        then each agent's passes run on its lane as they are, with its side stream where it has one
-        (:meth:`~workbench.agent.trainer.DeviceTrainer.update_beside`)."""
+        then each agent's passes run on its lane as they are."""
         prof = ts[0].profile
         if (not prof.batched_gemm or len(ts) < BATCH_MIN_AGENTS
                 or len({(getattr(t.gemm, "name", ""), t.state.shape, t.state.batch.size) for t in ts}) != 1):
@@ -90,9 +91,10 @@ class GpuPopulation:
                 self.joint[key] = self.device.capture_lanes([t.device for t in ts], [t._validate for t in ts])
             else:
                 meet = self._meeting(ts) if phase == "update" else None
-                if phase == "update" and meet is None:
-                    for t in ts:  # each agent's pass as its loop body: beside its side stream where it has one
-                        t.use_side()
+                if phase == "update" and meet is None and len(ts) == 1:
+                    # an agent alone: its update beside its side stream where it has one (with 5, 16 and 32
+                    # agents the GPU is already full: measured on the H200, the side streams bought nothing)
+                    ts[0].use_side()
                 self.joint[key] = self.device.capture_loops([getattr(t, f"{phase}_loop")() for t in ts], meet=meet)
         return self.joint[key]
 
