@@ -43,8 +43,8 @@ def population(P: int, steps: int, fused: bool = True) -> dict:
     trainers = []
     for i in range(P):
         lane = device.lane()
-        side = Side(device.lane(), None)
-        side = side._replace(gemm=make_gemm(side.device, "cublas", "fp32"))
+        lane2 = device.lane()  # the agent's side stream (measured as "beside")
+        side = Side(lane2, make_gemm(lane2, "cublas", "fp32"))
         t = DeviceTrainer(lane, make_gemm(lane, "cublas", "fp32"), prof, cfg, load_market("es"), 100_000.0, seed=1 + i,
                           side=lambda side=side: side)
         t.allocate(w)
