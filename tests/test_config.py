@@ -47,3 +47,24 @@ def test_zero_cost_market_is_refused(tmp_path):
     p.write_text('name = "FREE"\ncommission_per_side = 0.0\ncommission_bps = 0.0\nslippage_ticks = 0.0\n')
     with pytest.raises(ConfigError, match="every cost is zero"):
         load_market(str(p))
+
+
+@pytest.mark.parametrize("switch", ["batched_gemm", "branches", "fused_epilogues"])
+def test_gpu_switches_take_on_or_off_and_refuse_the_rest(switch):
+    """The [gpu] on/off switches override the profile's value, and anything else is refused naming the key;
+    an agent's side stream is only made where ``gpu.branches`` is on."""
+    import dataclasses
+
+    from workbench.agent.backend import Backend
+    from workbench.config import GpuOverrides
+
+    backend = Backend("cpu")
+    assert getattr(backend.sized(GpuOverrides(**{switch: "on"})), switch) is True
+    assert getattr(backend.sized(GpuOverrides(**{switch: "off"})), switch) is False
+    assert backend.sized(GpuOverrides()) == backend.profile
+    with pytest.raises(ConfigError, match=f"gpu.{switch} must be 'on' or 'off'"):
+        backend.sized(GpuOverrides(**{switch: "yes"}))
+    if switch == "branches":
+        off = dataclasses.replace(backend.profile, branches=False)
+        assert backend._side_maker(0, None, off) is None
+        assert callable(backend._side_maker(0, None, dataclasses.replace(off, branches=True)))
