@@ -173,8 +173,8 @@ class Search:
     def _evaluate_together(self, todo: list[int], values: dict, it: int) -> dict:
         """Every (particle, scored fold) of an iteration trained in populations
         (:func:`workbench.agent.population.train_jobs`: grouped by size); each particle's
-        outcome is the one :func:`evaluate_candidate` gives it alone (within rounding where its
-        population batches its GEMMs). ``seconds`` of these trials is the
+        outcome is the one :func:`evaluate_candidate` gives it alone, bit for bit (not where a run turns
+        ``gpu.batched_gemm`` on: then within rounding, which training amplifies). ``seconds`` of these trials is the
         iteration's wall time (they trained together)."""
         n, P = len(self.score_folds), self.profile.swarm.particles
         out, jobs, owner = {}, [], []
