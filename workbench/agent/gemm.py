@@ -71,9 +71,13 @@ class GemmMeeting:
         K = call.A.shape[0] if call.trans_a else call.A.shape[1]
         return M, N, K, int(call.trans_a), int(call.trans_b)
 
+    def batches(self, n_agents: int) -> bool:
+        """Whether a meeting of ``n_agents`` batches: cuBLAS, and ``min_agents`` agents or more."""
+        return self.can_batch and n_agents >= max(2, self.min_agents)
+
     def joins(self, calls) -> bool:
-        """Whether this meeting batches (and so joins the agents): cuBLAS, and ``min_agents`` agents or more."""
-        return self.can_batch and len(calls) >= max(2, self.min_agents)
+        """Whether this meeting batches (and so joins the agents): :meth:`batches` for its calls."""
+        return self.batches(len(calls))
 
     def _addresses(self, calls) -> np.ndarray:
         shapes = {self._shape(c) for c in calls}

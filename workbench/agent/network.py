@@ -172,7 +172,7 @@ class DeviceNetwork:
         scratch = lambda: (cuda.device_array(part_shape, np.float32, stream=s),  # noqa: E731
                            cuda.to_device(np.zeros(tiles, np.int32), stream=s))
         self.bwd_scratch = scratch()
-        self.head_scratch = scratch()  # the head's bias gradient's, which may run beside the others (backward_beside)
+        self.head_scratch = scratch()  # the head's bias gradient's (_head_bias_grad), which may run beside the others
         self.view_of = None
 
     @property
@@ -237,47 +237,52 @@ class DeviceNetwork:
                                                 max(sh.branch_sizes), self.support, self.logp, self.q)
 
     def backward_steps(self, params_flat, grads_flat, x, dhead):
-        p, g = views(params_flat, self.shape), views(grads_flat, self.shape)
-        st, sh, d = self.device.stream, self.shape, self.device
-        fb = self.fuses_backward
-        gw, bw = dense.bias_backward_launch(sh.head_width, self.device.simulator)
-        dense.bias_act_backward_kernel[gw, bw, st](dhead, self.head, g["b3"], self.rows, sh.head_width,
-                                                  dense.ACT_IDENTITY, *self.bwd_scratch)
-        yield Gemm(self.h2, dhead, g["W3"], 1, 0, self.gemm)
-        yield Gemm(dhead, p["W3"], self.d2, 0, 1, self.gemm,
-                   Epilogue(DRELU_BGRAD, g["b2"], self.h2, self.mask2, fb, d, self.bwd_scratch))
-        yield Gemm(self.h1, self.d2, g["W2"], 1, 0, self.gemm)
-        yield Gemm(self.d2, p["W2"], self.d1, 0, 1, self.gemm,
-                   Epilogue(DRELU_BGRAD, g["b1"], self.h1, self.mask1, fb, d, self.bwd_scratch))
-        yield Gemm(x, self.d1, g["W1"], 1, 0, self.gemm)
-
+        g = views(grads_flat, self.shape)
+        self._head_bias_grad(g, dhead, self.device.stream)
+        yield from self._backward_gemms(views(params_flat, self.shape), g, x, dhead, self.gemm)
 
     def backward_beside(self, params_flat, grads_flat, x, dhead, side: "DeviceNetwork", fork, d2_ready,
                         join) -> None:
         """:meth:`backward` with the head's bias and weight gradients and W2's weight gradient on ``side``
         (this network on another stream, :meth:`on`) beside the chain d2 -> d1 -> W1's gradient on this
-        network's stream: the same kernels and GEMMs on the same buffers, so the same results bit for bit
-        (the head's bias gradient uses a scratch of its own). The :class:`~workbench.device.Handoff`
-        ``fork``: ``side`` starts after the work enqueued here so far (the loss that wrote ``dhead``);
-        ``d2_ready``: it reads d2 once d2's epilogue is done; ``join``: what is enqueued here after this
-        call runs after ``side``'s work."""
-        p, g = views(params_flat, self.shape), views(grads_flat, self.shape)
-        sh, d, sd = self.shape, self.device, side.device
-        fb = self.fuses_backward
+        network's stream: the same kernels and GEMMs on the same buffers, so the same results bit for bit.
+        The :class:`~workbench.device.Handoff` ``fork``: ``side`` starts after the work enqueued here so
+        far (the loss that wrote ``dhead``); ``d2_ready``: it reads d2 once d2's epilogue is done;
+        ``join``: what is enqueued here after this call runs after ``side``'s work."""
+        g = views(grads_flat, self.shape)
+        d, sd = self.device, side.device
         fork.give(d).take(sd)
-        gw, bw = dense.bias_backward_launch(sh.head_width, d.simulator)
-        dense.bias_act_backward_kernel[gw, bw, sd.stream](dhead, self.head, g["b3"], self.rows, sh.head_width,
-                                                         dense.ACT_IDENTITY, *self.head_scratch)  # reads dhead only
-        Gemm(self.h2, dhead, g["W3"], 1, 0, side.gemm).run()
-        Gemm(dhead, p["W3"], self.d2, 0, 1, self.gemm,
-             Epilogue(DRELU_BGRAD, g["b2"], self.h2, self.mask2, fb, d, self.bwd_scratch)).run()
+        self._head_bias_grad(g, dhead, sd.stream)
+        w3, d2, w2, d1, w1 = self._backward_gemms(views(params_flat, self.shape), g, x, dhead, side.gemm)
+        w3.run()
+        d2.run()
         d2_ready.give(d).take(sd)
-        Gemm(self.h1, self.d2, g["W2"], 1, 0, side.gemm).run()
+        w2.run()
         join.give(sd)
-        Gemm(self.d2, p["W2"], self.d1, 0, 1, self.gemm,
-             Epilogue(DRELU_BGRAD, g["b1"], self.h1, self.mask1, fb, d, self.bwd_scratch)).run()
-        Gemm(x, self.d1, g["W1"], 1, 0, self.gemm).run()
+        d1.run()
+        w1.run()
         join.take(d)
+
+    def _head_bias_grad(self, g, dhead, stream) -> None:
+        """b3's gradient: ``dhead``'s column sums (dhead only read), on ``stream``, with the head's own
+        scratch (so it may run beside the trunk's bias gradients, which share ``bwd_scratch``)."""
+        sh = self.shape
+        gw, bw = dense.bias_backward_launch(sh.head_width, self.device.simulator)
+        dense.bias_act_backward_kernel[gw, bw, stream](dhead, self.head, g["b3"], self.rows, sh.head_width,
+                                                      dense.ACT_IDENTITY, *self.head_scratch)
+
+    def _backward_gemms(self, p, g, x, dhead, weights_by) -> tuple["Gemm", ...]:
+        """The backward's five GEMMs in order: W3's gradient, d2 (with the ReLU gradient and b2's gradient),
+        W2's gradient, d1 (with b1's), W1's gradient. ``weights_by``: the GEMM backend of W3's and W2's
+        gradients (this network's own, or a side stream's: :meth:`backward_beside`)."""
+        fb, d = self.fuses_backward, self.device
+        return (Gemm(self.h2, dhead, g["W3"], 1, 0, weights_by),
+                Gemm(dhead, p["W3"], self.d2, 0, 1, self.gemm,
+                     Epilogue(DRELU_BGRAD, g["b2"], self.h2, self.mask2, fb, d, self.bwd_scratch)),
+                Gemm(self.h1, self.d2, g["W2"], 1, 0, weights_by),
+                Gemm(self.d2, p["W2"], self.d1, 0, 1, self.gemm,
+                     Epilogue(DRELU_BGRAD, g["b1"], self.h1, self.mask1, fb, d, self.bwd_scratch)),
+                Gemm(x, self.d1, g["W1"], 1, 0, self.gemm))
 
 
 # Where cuBLASLt's DRELU_BGRAD backward beats a plain GEMM and our ReLU-gradient/bias-gradient kernel

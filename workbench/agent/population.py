@@ -34,7 +34,7 @@ import numpy as np
 
 from ..device import Device, Readback
 from ..errors import ConfigError
-from .gemm import BATCH_MIN_AGENTS, GemmMeeting, make_gemm
+from .gemm import GemmMeeting, make_gemm
 from .loop import EpochStats, run_agents
 from .network import DeviceNetwork
 from .records import FoldTrainResult
@@ -69,13 +69,13 @@ class GpuPopulation:
         of its meetings would batch (fewer agents than it batches from, or a GEMM that cannot batch):
         then each agent's passes run on its lane as they are."""
         prof = ts[0].profile
-        if (not prof.batched_gemm or len(ts) < BATCH_MIN_AGENTS
-                or len({(getattr(t.gemm, "name", ""), t.state.shape, t.state.batch.size) for t in ts}) != 1):
+        if not prof.batched_gemm or len({(getattr(t.gemm, "name", ""), t.state.shape, t.state.batch.size)
+                                         for t in ts}) != 1:
             return None
         if self.gemm is None:
             self.gemm = make_gemm(self.device, prof.gemm, prof.math)
         meet = GemmMeeting(self.device, self.gemm)
-        return meet if meet.can_batch else None
+        return meet if meet.batches(len(ts)) else None
 
     def _learners(self, epoch: int, active) -> tuple[int, ...]:
         """The agents of ``active`` that train in ``epoch`` (their replay holds ``learning_starts``)."""

@@ -201,19 +201,16 @@ class DeviceTrainer:
         Adam. One agent's update leaves most of the GPU idle, so the branches overlap."""
         S, h = self.state, self.handoffs
         m, sd = self.device, self.side.device
-        rp, b, lr, wd, nets, sh = S.replay, S.batch, S.learner, S.window, S.nets, S.shape
+        b, lr, nets = S.batch, S.learner, S.nets
         ss = sd.stream
         self._scan_and_draw(st)
         h.draw.give(m).take(sd)
-        gobs = _gs(self.device, b.size * sh.obs_dim, self.tpb)
-        K_ro.gather_obs_kernel[gobs + (ss,)](wd.features, rp.int_store, b.idx, b.size, wd.n_features, N_POS, 1,
-                                             b.obs_next)
+        self._gather_obs(ss, 1, b.obs_next)
         h.obs_next.give(sd)
-        K_ro.gather_batch_kernel[_grid(b.size, self.tpb) + (ss,)](rp.int_store, rp.float_store, b.idx, b.size,
-                                                                 b.actions, b.ret, b.terminal)
+        self._gather_batch(ss)
         nets.t2.on(sd, self.side.gemm).forward(lr.target, b.obs_next)
         h.target.give(sd)
-        K_ro.gather_obs_kernel[gobs + (st,)](wd.features, rp.int_store, b.idx, b.size, wd.n_features, N_POS, 0, b.obs)
+        self._gather_obs(st, 0, b.obs)
         h.obs_next.take(m)
         nets.online.forward(lr.params, b.obs_pair)
         h.target.take(m)
@@ -236,14 +233,24 @@ class DeviceTrainer:
 
     def _update_sample(self, st) -> None:
         """Training step, part 1 (sample): prefix sum, PER draw and weights, batch gathers."""
+        b = self.state.batch
+        self._scan_and_draw(st)
+        self._gather_obs(st, 0, b.obs)
+        self._gather_obs(st, 1, b.obs_next)
+        self._gather_batch(st)
+
+    def _gather_obs(self, st, which: int, out) -> None:
+        """The drawn transitions' observations into ``out``: s (``which`` 0) or s' (1)."""
         S = self.state
         rp, b, wd = S.replay, S.batch, S.window
-        g = _grid(b.size, self.tpb) + (st,)
-        self._scan_and_draw(st)
-        gobs = _gs(self.device, b.size * S.shape.obs_dim, self.tpb) + (st,)
-        K_ro.gather_obs_kernel[gobs](wd.features, rp.int_store, b.idx, b.size, wd.n_features, N_POS, 0, b.obs)
-        K_ro.gather_obs_kernel[gobs](wd.features, rp.int_store, b.idx, b.size, wd.n_features, N_POS, 1, b.obs_next)
-        K_ro.gather_batch_kernel[g](rp.int_store, rp.float_store, b.idx, b.size, b.actions, b.ret, b.terminal)
+        K_ro.gather_obs_kernel[_gs(self.device, b.size * S.shape.obs_dim, self.tpb) + (st,)](
+            wd.features, rp.int_store, b.idx, b.size, wd.n_features, N_POS, which, out)
+
+    def _gather_batch(self, st) -> None:
+        """The drawn transitions' actions, n-step returns and terminal flags."""
+        rp, b = self.state.replay, self.state.batch
+        K_ro.gather_batch_kernel[_grid(b.size, self.tpb) + (st,)](rp.int_store, rp.float_store, b.idx, b.size,
+                                                                 b.actions, b.ret, b.terminal)
 
     def _scan_and_draw(self, st) -> None:
         """The priorities' prefix sum, then the PER draw and its importance weights (which advances the
