@@ -115,8 +115,8 @@ def bench_scan_per(device, rows):
 
     def sample_update(st):
         scan.launch_scan(prio, subs, tiles, n, threads, arrivals[0:1], full, st)
-        per.per_sample_kernel[batch // 256, 256, st](prio, subs, tiles, scan.subs_per_tile(threads), size, batch, 0.4, 7,
-                                                     11, step, guard, idx, w, arrivals[1:2])
+        per.per_sample_kernel[per.sample_launch(batch) + (st,)](prio, subs, tiles, scan.subs_per_tile(threads), size,
+                                                                batch, 0.4, 7, 11, step, guard, idx, w, arrivals[1:2])
         per.priority_update_kernel[1, 1024, st](prio, idx, td, owner, batch, n, 0.6, 1e-3, mx, guard, bad)
 
     sample_update(s)

@@ -43,26 +43,13 @@ def head_launch(B: int, atoms: int, n_branch: int) -> tuple[int, tuple[int, int]
 
 
 def loss_launch(B: int, atoms: int, n_branch: int) -> tuple[int, tuple[int, int]]:
-    """(grid, block) of ``c51_loss_kernel``: one block per sample, a thread per lane of the tree's width
-    for each branch (each branch has its own row of the kernel's shared arrays: at most MAX_BRANCHES)."""
+    """(grid, block) of ``c51_loss_kernel``: one block per sample, a warp per branch (each branch has its own
+    row of the kernel's shared arrays: at most MAX_BRANCHES; in the simulator a row of only as many lanes
+    as the tree's width needs, as ``head_launch``)."""
     if not 1 <= n_branch <= MAX_BRANCHES or atoms > MAX_ATOMS:
         raise ValueError(f"the C51 loss holds 1..{MAX_BRANCHES} branches of at most {MAX_ATOMS} atoms, "
                          f"not {n_branch} of {atoms}")
-    return B, (_tree_width(atoms), n_branch)
-
-
-@device_function
-def _tree_dev(s, row, z, lanes, op):
-    """In-place tree reduction of s[row, :lanes] (op 0 = sum, 1 = max); every thread of the block calls it."""
-    half = lanes // 2
-    while half > 0:
-        if z < half:
-            if op == 0:
-                s[row, z] += s[row, z + half]
-            else:
-                s[row, z] = max(s[row, z], s[row, z + half])
-        cuda.syncthreads()
-        half //= 2
+    return head_launch(B, atoms, n_branch)
 
 
 @device_function
@@ -182,92 +169,125 @@ def _first_at_least(lo, row, target, atoms):
     return a
 
 
+@device_function
+def _source_mass(lo_j, hi_j, b_j, p_j, br, z, atoms):
+    """The projected target mass of atom z of branch ``br`` from the placed source atoms (shared rows).
+
+    The source atoms that reach atom z have lo(j) in {z - 1, z}; lo(j) never decreases with j (every step
+    of its float arithmetic is monotone), so they are the range [j0, j1), visited in ascending order as a
+    loop over every j would: the same sum, bit for bit."""
+    m = float32(0.0)
+    j0 = _first_at_least(lo_j, br, z - 1, atoms)
+    j1 = _first_at_least(lo_j, br, z + 1, atoms)
+    for j in range(j0, j1):
+        lo, hi, bj = lo_j[br, j], hi_j[br, j], b_j[br, j]
+        if lo == z or hi == z:
+            pj = p_j[br, j]
+            if lo == hi:
+                m += pj
+            elif lo == z:
+                m += pj * (hi - bj)
+            else:
+                m += pj * (bj - lo)
+    return m
+
+
 @kernel(void(float32[:, :, ::1], float32[:, ::1], float32[:, :, ::1], int32[:, ::1], float32[::1], float32[::1],
                float32, float32, float32, int64, float32[::1], int64, int32[::1], int32[::1], float32,
                float32[:, ::1], float32[::1], int64))
 def c51_loss_kernel(logp, q_next, logp_next_target, actions, reward, done, gamma_n, v_min, v_max, atoms, is_w,
                     n_branch, branch_size, branch_off, grad_scale, dhead, loss_out, B):
-    """Block per sample, thread (z, branch) per atom of each branch (``loss_launch``): the branches side by
-    side. dhead: out [B, atoms*(1+A)] (every column written once, the padding columns zero); loss_out:
-    out [B]. Thread (j, br) first places source atom j of its branch on the support (shared memory);
-    thread (z, br) then computes the projected target mass of atom z by visiting the source atoms that
-    reach it (no float atomics), its share of the branch's cross-entropy (a tree per branch), and
-    the gradient of atom z's column of each of the branch's actions; the value stream's column sums
-    the branches' gradients in branch order, and the loss the branches' cross-entropies, as a loop over
-    the branches would."""
+    """Block per sample, warp per branch (``loss_launch``): the branches side by side, lane l holding atoms
+    l, l + 32, ... of its branch (``_slots``: k of them). dhead: out [B, atoms*(1+A)] (every column
+    written once, the padding columns zero); loss_out: out [B].
+
+    Each lane first places its source atoms j on the support (shared rows, one per branch) and, before
+    the block's one barrier, issues its other loads (the taken action's log-probabilities); then for each
+    of its atoms z the projected target mass (``_source_mass``: no float atomics), the cross-entropy
+    share and the gradient of atom z's column of each of the branch's actions. The branch's
+    cross-entropy is a tree over the tree's width in a fixed order (the lane's own atoms, ``_fold``, then
+    warp shuffles): the additions of a shared-memory tree, in its order, with no block barrier. After the
+    second barrier the first branch's warp writes the value stream's columns (the branches' gradients
+    summed in branch order) and the loss (the branches' cross-entropies), as a loop over the branches
+    would. Two block barriers in all."""
     b = cuda.blockIdx.x
     if b >= B:
         return
-    z = cuda.threadIdx.x
+    lane = cuda.threadIdx.x
+    width = cuda.blockDim.x  # 32: a warp (fewer lanes only in the simulator, see loss_launch)
     br = cuda.threadIdx.y
-    lanes = cuda.blockDim.x
-    s = cuda.shared.array(RED_SHAPE, float32)   # row br: branch br's cross-entropy tree
+    k = _slots(atoms, width)
+    ce_br = cuda.shared.array(MAX_BRANCHES, float32)  # branch br's cross-entropy
     sg = cuda.shared.array(RED_SHAPE, float64)  # row br: branch br's gradient of atom z (for the value stream)
+    lo_j = cuda.shared.array(RED_SHAPE, int32)    # row br: source atom j's lower and upper support atom,
+    hi_j = cuda.shared.array(RED_SHAPE, int32)    # its position on the support and its target probability,
+    b_j = cuda.shared.array(RED_SHAPE, float64)   # each computed once, by the lane holding atom j
+    p_j = cuda.shared.array(RED_SHAPE, float32)
+    lp = cuda.local.array(HEAD_SLOTS, float32)
+    t = cuda.local.array(HEAD_SLOTS, float32)
     dz = (v_max - v_min) / (atoms - 1)
     w = is_w[b]
     r = reward[b]
     keep = float32(1.0) - done[b]
     nA, off = branch_size[br], branch_off[br]
     at = min(max(actions[b, br], 0), nA - 1)
+    for i in range(HEAD_SLOTS):
+        if i >= k:
+            break
+        z = lane + width * i
+        lp[i] = logp[b, off + at, z] if z < atoms else float32(0.0)
     best, best_q = 0, q_next[b, off]
     for a in range(1, nA):
         if q_next[b, off + a] > best_q:
             best, best_q = a, q_next[b, off + a]
-    lo_j = cuda.shared.array(RED_SHAPE, int32)    # row br: source atom j's lower and upper support atom,
-    hi_j = cuda.shared.array(RED_SHAPE, int32)    # its position on the support and its target probability,
-    b_j = cuda.shared.array(RED_SHAPE, float64)   # each computed once, by thread j of the branch
-    p_j = cuda.shared.array(RED_SHAPE, float32)
-    if z < atoms:
-        j = z
-        tz = min(max(r + keep * gamma_n * (v_min + j * dz), v_min), v_max)
-        bj = (tz - v_min) / dz
-        lo_j[br, j] = min(max(int32(math.floor(bj)), 0), atoms - 1)
-        hi_j[br, j] = min(max(int32(math.ceil(bj)), 0), atoms - 1)
-        b_j[br, j] = bj
-        p_j[br, j] = math.exp(logp_next_target[b, off + best, j])
+    for i in range(HEAD_SLOTS):
+        if i >= k:
+            break
+        j = lane + width * i
+        if j < atoms:
+            tz = min(max(r + keep * gamma_n * (v_min + j * dz), v_min), v_max)
+            bj = (tz - v_min) / dz
+            lo_j[br, j] = min(max(int32(math.floor(bj)), 0), atoms - 1)
+            hi_j[br, j] = min(max(int32(math.ceil(bj)), 0), atoms - 1)
+            b_j[br, j] = bj
+            p_j[br, j] = math.exp(logp_next_target[b, off + best, j])
     cuda.syncthreads()
-    m = float32(0.0)
-    ce = float32(0.0)
-    g = float32(0.0)
-    if z < atoms:
-        # the source atoms that reach atom z have lo(j) in {z - 1, z}; lo(j) never decreases with j
-        # (every step of its float arithmetic is monotone), so they are the range [j0, j1), visited
-        # in ascending order as a loop over every j would: the same sum, bit for bit
-        j0 = _first_at_least(lo_j, br, z - 1, atoms)
-        j1 = _first_at_least(lo_j, br, z + 1, atoms)
-        for j in range(j0, j1):
-            lo, hi, bj = lo_j[br, j], hi_j[br, j], b_j[br, j]
-            if lo == z or hi == z:
-                pj = p_j[br, j]
-                if lo == hi:
-                    m += pj
-                elif lo == z:
-                    m += pj * (hi - bj)
-                else:
-                    m += pj * (bj - lo)
-        lp = logp[b, off + at, z]
-        ce = -m * lp
-        g = (math.exp(lp) - m) * w * grad_scale / n_branch
-        for a in range(nA):  # the taken action's column gets g, every column of the branch -g / nA (each
-            # rounded to float32 as a column's running value was when the loop added into it)
-            dhead[b, atoms * (1 + off + a) + z] = (float32(g) if a == at else float32(0.0)) - g / nA
-        sg[br, z] = g
-    s[br, z] = ce
+    for i in range(HEAD_SLOTS):
+        if i >= k:
+            break
+        z = lane + width * i
+        t[i] = float32(0.0)
+        if z < atoms:
+            m = _source_mass(lo_j, hi_j, b_j, p_j, br, z, atoms)
+            ce = -m * lp[i]
+            g = (math.exp(lp[i]) - m) * w * grad_scale / n_branch
+            for a in range(nA):  # the taken action's column gets g, every column of the branch -g / nA (each
+                # rounded to float32 as a column's running value was when the loop added into it)
+                dhead[b, atoms * (1 + off + a) + z] = (float32(g) if a == at else float32(0.0)) - g / nA
+            sg[br, z] = g
+            t[i] = float32(ce)
+    total = warp_sum(_fold(t, k, 0))
+    if lane == 0:
+        ce_br[br] = total
     cuda.syncthreads()
-    _tree_dev(s, br, z, lanes, 0)
-    if br == 0 and z < atoms:
-        v = float32(0.0)
-        for c in range(n_branch):
-            v = float32(v + sg[c, z])
-        dhead[b, z] = v
-    if br == 0 and z == 0:
-        loss = float32(0.0)
-        for c in range(n_branch):
-            loss += s[c, 0]
-        loss_out[b] = loss / n_branch
-    width = dhead.shape[1]  # the padding columns past the last branch's actions
+    if br == 0:
+        for i in range(HEAD_SLOTS):
+            if i >= k:
+                break
+            z = lane + width * i
+            if z < atoms:
+                v = float32(0.0)
+                for c in range(n_branch):
+                    v = float32(v + sg[c, z])
+                dhead[b, z] = v
+        if lane == 0:
+            loss = float32(0.0)
+            for c in range(n_branch):
+                loss += ce_br[c]
+            loss_out[b] = loss / n_branch
+    cols = dhead.shape[1]  # the padding columns past the last branch's actions
     used = atoms * (1 + branch_off[n_branch - 1] + branch_size[n_branch - 1])
-    for c in range(used + z + lanes * br, width, lanes * cuda.blockDim.y):
+    for c in range(used + lane + width * br, cols, width * cuda.blockDim.y):
         dhead[b, c] = 0.0
 
 

@@ -149,6 +149,7 @@ def device_function(fn):
 # ---- warp reductions (the simulator has no warp shuffles) ----
 WARP = 32
 FULL_MASK = 0xFFFFFFFF
+VOTE = 8 if SIMULATOR else WARP  # lanes of one vote (``first_lane``): a warp; fewer in the simulator (Python threads)
 
 if SIMULATOR:
     @device_function
@@ -160,6 +161,43 @@ if SIMULATOR:
         upper levels add nothing. Every thread of the block must call it (it holds block barriers), as
         every lane of a warp calls a shuffle."""
         buf = cuda.shared.array(1024, float32)
+        width = cuda.blockDim.x
+        t = cuda.threadIdx.x + width * (cuda.threadIdx.y + cuda.blockDim.y * cuda.threadIdx.z)
+        buf[t] = v
+        cuda.syncthreads()
+        base = t - t % width
+        vals = [buf[base + i] for i in range(width)]
+        half = width // 2
+        while half > 0:
+            for i in range(half):
+                vals[i] = vals[i] + vals[i + half] if op == 0 else max(vals[i], vals[i + half])
+            half //= 2
+        cuda.syncthreads()
+        return vals[0]
+
+    @device_function
+    def first_lane(pred):
+        """The simulator's stand-in for a ballot: the lowest lane of the caller's group of ``VOTE`` consecutive
+        threads of the block whose ``pred`` is true, ``VOTE`` when none is. Every thread of the block calls
+        it (it holds block barriers), as every lane of a warp votes."""
+        buf = cuda.shared.array(1024, int32)
+        width = VOTE
+        t = cuda.threadIdx.x + cuda.blockDim.x * (cuda.threadIdx.y + cuda.blockDim.y * cuda.threadIdx.z)
+        buf[t] = 1 if pred else 0
+        cuda.syncthreads()
+        base = t - t % width
+        first = width
+        for i in range(width):
+            if buf[base + i] != 0:
+                first = i
+                break
+        cuda.syncthreads()
+        return first
+
+    @device_function
+    def _warp_tree64(v, op):
+        """``_warp_tree`` for float64 values (the simulator's buffer holds one type; a shuffle takes either)."""
+        buf = cuda.shared.array(1024, float64)
         width = cuda.blockDim.x
         t = cuda.threadIdx.x + width * (cuda.threadIdx.y + cuda.blockDim.y * cuda.threadIdx.z)
         buf[t] = v
@@ -190,11 +228,42 @@ else:
         v = _warp_step(v, op, 1)
         return cuda.shfl_sync(FULL_MASK, v, 0)
 
+    _warp_tree64 = _warp_tree  # a shuffle moves 32- and 64-bit values alike
+
+    @device_function
+    def first_lane(pred):
+        """The lowest lane of the warp whose ``pred`` is true (a ballot), 32 when none is; every lane calls it."""
+        m = cuda.ballot_sync(FULL_MASK, pred)
+        return cuda.ffs(m) - 1 if m != 0 else WARP
+
 
 @device_function
 def warp_sum(v):
     """Sum of ``v`` over the warp's lanes, returned to every lane, in the tree order of ``_warp_tree``."""
     return _warp_tree(v, 0)
+
+
+@device_function
+def warp_sum64(v):
+    """``warp_sum`` of float64 values."""
+    return _warp_tree64(v, 0)
+
+
+@device_function
+def fold_to_warp(s, tid, nt, op, other):
+    """The upper levels of a shared-memory tree over ``s[0:nt]`` (one value per thread of a block of ``nt``
+    threads, a power of two, written before a block barrier), op 0 sum, 1 max: for half = nt / 2 down to
+    the warp's width, s[i] = s[i] op s[i + half], a block barrier after each; returns the slot of each
+    lane of the first warp, ``other`` to the rest. The caller finishes with the warp's shuffle levels
+    (``warp_sum``, ``warp_sum64``, ``warp_max``), which every thread of the block calls: the tree's
+    result in its order with half its barriers. Every thread of the block calls it; ``s`` is changed."""
+    half = nt // 2
+    while half >= WARP:
+        if tid < half:
+            s[tid] = s[tid] + s[tid + half] if op == 0 else max(s[tid], s[tid + half])
+        cuda.syncthreads()
+        half //= 2
+    return s[tid] if tid < WARP else other
 
 
 @device_function

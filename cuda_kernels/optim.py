@@ -12,84 +12,29 @@ import math
 
 import numpy as np
 
-from .nb import cuda, device_function, kernel, float32, float64, int32, int64, last_to_arrive, void
+from .nb import (WARP, cuda, float32, float64, fold_to_warp, int32, int64, kernel, last_to_arrive, void, warp_max,
+                 warp_sum, warp_sum64)
 
 NORM_BLOCKS = 256
-
-
-@device_function
-def _tree_sum_dev(s, tid, nt):
-    half = nt // 2
-    while half > 0:
-        if tid < half:
-            s[tid] += s[tid + half]
-        cuda.syncthreads()
-        half //= 2
-
-
-@device_function
-def _finalize_norm_dev(partials, n_partials, max_norm, out, s, tid, nt):
-    """One block: the partial sums added in a tree; out: float32 [2] = (global norm, clip scale <= 1)."""
-    acc = 0.0
-    for i in range(tid, n_partials, nt):
-        acc += partials[i]
-    s[tid] = acc
-    cuda.syncthreads()
-    _tree_sum_dev(s, tid, nt)
-    if tid == 0:
-        norm = s[0] ** 0.5
-        out[0] = float32(norm)
-        out[1] = float32(min(1.0, float64(max_norm) / (norm + 1e-6))) if max_norm > 0 else float32(1.0)
-    cuda.syncthreads()
-
-
-@device_function
-def _guard_dev(loss, is_w, B, q, n_q, q_limit, clip, guard, stats, s_l, s_q, tid, nt):
-    """One block, after the loss and the grad norm: trips ``guard`` when the weighted batch loss or the
-    grad norm is not finite or |Q| exceeds ``q_limit``; otherwise adds the step's weighted loss and grad
-    norm to ``stats`` (float32 [4]: loss sum, grad-norm sum, steps, max |Q|)."""
-    acc = float32(0.0)
-    qm = float32(0.0)
-    for i in range(tid, B, nt):
-        acc += is_w[i] * loss[i]
-    for i in range(tid, n_q, nt):
-        for j in range(q.shape[1]):
-            qm = max(qm, abs(q[i, j]))
-            if q[i, j] != q[i, j]:
-                qm = float32(3.4e38)
-    s_l[tid] = acc
-    s_q[tid] = qm
-    cuda.syncthreads()
-    half = nt // 2
-    while half > 0:
-        if tid < half:
-            s_l[tid] += s_l[tid + half]
-            s_q[tid] = max(s_q[tid], s_q[tid + half])
-        cuda.syncthreads()
-        half //= 2
-    if tid == 0:
-        mean_loss = s_l[0] / B
-        bad = not (abs(mean_loss) < 3.4e38) or not (abs(clip[0]) < 3.4e38) or s_q[0] > q_limit
-        if bad:
-            guard[0] = 1
-        elif guard[0] == 0:
-            stats[0] += mean_loss  # slots: cuda_kernels.slots.UpdateStats
-            stats[1] += clip[0]
-            stats[2] += 1.0
-            stats[3] = max(stats[3], s_q[0])
 
 
 @kernel(void(float32[::1], int64, float64[::1], int32[::1], float32, float32[::1], float32[::1], float32[::1], int64,
              float32[:, ::1], int64, float32, int32[::1], float32[::1]))
 def grad_norm_guard_kernel(g, n, partials, arrivals, max_norm, clip, loss, is_w, B, q, n_q, q_limit, guard, stats):
-    """The gradient norm, its clip scale and the training guard in one launch (power-of-two threads).
+    """The gradient norm, its clip scale and the training guard in one launch (power-of-two threads, at
+    least a warp's width).
 
     Block b sums g[i]^2 over its strided subset into ``partials[b]`` (float64 [gridDim]); the last block
-    to finish (``arrivals``: int32 [1], :func:`cuda_kernels.nb.last_to_arrive`) adds the partial sums in
-    a tree into ``clip`` (float32 [2]: the global norm and the clip scale <= 1), then runs the guard
-    (``_guard_dev``) over the batch's loss, importance weights and |Q|. The additions are those of the
-    three kernels this replaces (partials, finalize, guard) in the same order, so the results are theirs
-    bit for bit, two graph nodes fewer."""
+    to finish (``arrivals``: int32 [1], :func:`cuda_kernels.nb.last_to_arrive`) adds the partial sums
+    into ``clip`` (float32 [2]: the global norm and the clip scale <= 1), then runs the guard over the
+    batch's loss, importance weights and |Q|: it trips ``guard`` when the weighted batch loss or the
+    grad norm is not finite or |Q| exceeds ``q_limit``; otherwise it adds the step's weighted loss and
+    grad norm to ``stats`` (float32 [4]: loss sum, grad-norm sum, steps, max |Q|; slots:
+    :class:`cuda_kernels.slots.UpdateStats`). Every sum is a tree over the block's threads in a fixed
+    order (no float atomics: deterministic): its levels down to the warp's width in shared memory, the
+    rest in the first warp's shuffles (``fold_to_warp``), the additions of a shared-memory tree in its
+    order with half its barriers. The last block loads the partial sums, the loss and |Q| together and
+    runs their three trees side by side (one barrier a level for all three)."""
     s = cuda.shared.array(1024, float64)
     s_l = cuda.shared.array(1024, float32)
     s_q = cuda.shared.array(1024, float32)
@@ -102,12 +47,53 @@ def grad_norm_guard_kernel(g, n, partials, arrivals, max_norm, clip, loss, is_w,
         acc += v * v
     s[tid] = acc
     cuda.syncthreads()
-    _tree_sum_dev(s, tid, nt)
+    total = warp_sum64(fold_to_warp(s, tid, nt, 0, 0.0))
     if tid == 0:
-        partials[cuda.blockIdx.x] = s[0]
-    if last_to_arrive(arrivals, 0, cuda.gridDim.x, last):
-        _finalize_norm_dev(partials, cuda.gridDim.x, max_norm, clip, s, tid, nt)
-        _guard_dev(loss, is_w, B, q, n_q, q_limit, clip, guard, stats, s_l, s_q, tid, nt)
+        partials[cuda.blockIdx.x] = total
+    if not last_to_arrive(arrivals, 0, cuda.gridDim.x, last):
+        return
+    acc = 0.0
+    for i in range(tid, cuda.gridDim.x, nt):
+        acc += partials[i]
+    lw = float32(0.0)
+    for i in range(tid, B, nt):
+        lw += is_w[i] * loss[i]
+    qm = float32(0.0)
+    for i in range(tid, n_q, nt):
+        for j in range(q.shape[1]):
+            qm = max(qm, abs(q[i, j]))
+            if q[i, j] != q[i, j]:
+                qm = float32(3.4e38)
+    s[tid] = acc  # every thread read its slot of the partials' tree before last_to_arrive's barriers
+    s_l[tid] = lw
+    s_q[tid] = qm
+    cuda.syncthreads()
+    half = nt // 2
+    while half >= WARP:  # the three trees' upper levels side by side (fold_to_warp's, one barrier a level)
+        if tid < half:
+            s[tid] += s[tid + half]
+            s_l[tid] += s_l[tid + half]
+            s_q[tid] = max(s_q[tid], s_q[tid + half])
+        cuda.syncthreads()
+        half //= 2
+    first = tid < WARP
+    sq = warp_sum64(s[tid] if first else 0.0)
+    lsum = warp_sum(s_l[tid] if first else float32(0.0))
+    qmax = warp_max(s_q[tid] if first else float32(0.0))
+    if tid == 0:
+        norm = sq ** 0.5
+        n32 = float32(norm)
+        clip[0] = n32
+        clip[1] = float32(min(1.0, float64(max_norm) / (norm + 1e-6))) if max_norm > 0 else float32(1.0)
+        mean_loss = lsum / B
+        bad = not (abs(mean_loss) < 3.4e38) or not (abs(n32) < 3.4e38) or qmax > q_limit
+        if bad:
+            guard[0] = 1
+        elif guard[0] == 0:
+            stats[0] += mean_loss  # slots: cuda_kernels.slots.UpdateStats
+            stats[1] += n32
+            stats[2] += 1.0
+            stats[3] = max(stats[3], qmax)
 
 
 @kernel(void(int64[::1]))

@@ -17,11 +17,49 @@ from __future__ import annotations
 
 import numpy as np
 
-from .nb import cuda, device_function, kernel, float32, float64, int32, int64, last_to_arrive, uint32, void
+from .nb import (VOTE, cuda, device_function, first_lane, float32, float64, fold_to_warp, int32, int64, kernel,
+                 last_to_arrive, uint32, void, warp_max)
 from .philox import uniform4_dev
 from .scan import SUB, prefix_dev, sub_base_dev
 
 TAG_PER = 0x5045
+
+
+def sample_launch(batch: int) -> tuple[int, int]:
+    """(grid, block) of ``per_sample_kernel``: a warp per sample, four warps a block (in the simulator,
+    which runs every thread in Python, ``VOTE`` = 8 lanes a sample: an eight-ary search, the same draws)."""
+    tpb = 4 * VOTE
+    return (batch * VOTE + tpb - 1) // tpb, tpb
+
+
+@device_function
+def _levels(span, lanes):
+    """Levels of a ``lanes``-ary search over ``span`` candidates (each level divides the span by ``lanes``)."""
+    k = 0
+    while span > 1:
+        span = (span + lanes - 1) // lanes
+        k += 1
+    return k
+
+
+@device_function
+def _first_above(level, lo, hi, span, base, thr, lane, lanes, levels):
+    """The first index in [lo, hi) whose ``base + level[index]`` exceeds ``thr``, ``hi`` when none does (what a
+    binary search over a non-decreasing level gives): a ``lanes``-ary search, one load a lane a level,
+    each level keeping the chunk of the first lane whose chunk ends at or after the answer
+    (``first_lane``; the last chunk ends where the span does, at an index known to be at or after it, so
+    some lane always finds it). [lo, lo + span) holds [lo, hi]; every lane of the block runs ``levels`` levels
+    (``_levels(span, lanes)``, the same in every warp, as the simulator's vote needs)."""
+    for _ in range(levels):
+        step = (span + lanes - 1) // lanes
+        idx = min(lo + (lane + 1) * step, lo + span) - 1  # the last lane's chunk ends where the span does
+        hit = idx >= hi
+        if not hit:
+            hit = base + level[idx] > thr
+        f = first_lane(hit)
+        lo += f * step
+        span = step
+    return lo
 
 
 @kernel(void(float32[::1], float64[::1], float64[::1], int64, int64[::1], int64, float32, uint32, uint32, int64[::1],
@@ -34,57 +72,56 @@ def per_sample_kernel(prio, sub, tiles, subs_per_tile, size_arr, batch, beta, k0
     (after a trip an update changes nothing that lasts): the draw uses the advanced value, and the last
     block to finish stores it; out_idx: int64 [batch]; out_w: float32 [batch], the importance weights
     divided by the batch's largest by that last block (``arrivals``: int32 [1],
-    :func:`cuda_kernels.nb.last_to_arrive`; blockDim a power of two).
+    :func:`cuda_kernels.nb.last_to_arrive`). Launch: ``sample_launch``.
 
-    Sample i looks for the first slot whose prefix sum exceeds its threshold level by level: the first
-    tile whose scanned total does (binary search), the first sub-tile of that tile whose prefix does
-    (binary search), then the sub-tile's 32 priorities added left to right (loaded together). Where
-    rounding makes two levels disagree by an ulp at a boundary, the last candidate of the level below
-    is taken; the weight is that slot's own priority."""
+    A warp per sample (every lane computes the sample's threshold; the first lane writes). It looks for
+    the first slot whose prefix sum exceeds its threshold level by level: the first tile whose scanned
+    total does, then the first sub-tile of that tile whose prefix does (``_first_above``: 32-ary
+    searches: at the reference replay two levels each, one load a lane a level, where a binary search
+    made eight and seven dependent loads), then the
+    sub-tile's 32 priorities added left to right (loaded together). Where rounding makes two levels
+    disagree by an ulp at a boundary, the last candidate of the level below is taken; the weight is that
+    slot's own priority."""
     s = cuda.shared.array(1024, float32)
     last = cuda.shared.array(1, int32)
     vals = cuda.local.array(SUB, float32)
-    i = cuda.grid(1)
+    lanes = VOTE
+    g = cuda.grid(1)
+    lane = g % lanes
+    i = g // lanes
+    live = i < batch
     n = size_arr[0]
     step = step_arr[0] + (1 if guard[0] == 0 else 0)  # every block reads it before the last one stores it
-    if i < batch and n <= 0:
-        out_idx[i] = 0
-        out_w[i] = 0.0
-    elif i < batch:
+    if n <= 0:
+        if live and lane == 0:
+            out_idx[i] = 0
+            out_w[i] = 0.0
+    else:
         total = prefix_dev(prio, sub, tiles, subs_per_tile, n - 1)
-        u, _a, _b, _c = uniform4_dev(i, step, TAG_PER, k0, k1)
+        u, _a, _b, _c = uniform4_dev(i, step, TAG_PER, k0, k1)  # lanes past the batch search, write nothing
         thr = (float64(i) + float64(u)) * total / float64(batch)
         last_sub = (n - 1) // SUB
-        lo, hi = 0, last_sub // subs_per_tile  # the tile
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if tiles[mid] > thr:
-                hi = mid
-            else:
-                lo = mid + 1
-        t = lo
+        n_tile = last_sub // subs_per_tile + 1
+        t = _first_above(tiles, 0, n_tile - 1, n_tile, 0.0, thr, lane, lanes, _levels(n_tile, lanes))
         base = tiles[t - 1] if t > 0 else 0.0
-        lo, hi = t * subs_per_tile, min(t * subs_per_tile + subs_per_tile - 1, last_sub)  # the sub-tile
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if base + sub[mid] > thr:
-                hi = mid
-            else:
-                lo = mid + 1
-        first = lo * SUB
-        for k in range(SUB):  # the sub-tile's priorities, loaded before they are added
-            vals[k] = prio[first + k] if first + k < n else float32(0.0)
-        run = sub_base_dev(sub, tiles, subs_per_tile, lo)
-        j = min(first + SUB, n) - 1
-        found = False
-        for k in range(SUB):
-            run += float64(vals[k])
-            if not found and run > thr and first + k < n:
-                j = first + k
-                found = True
-        p = float64(prio[j])
-        out_idx[i] = j
-        out_w[i] = float32((float64(n) * p / total) ** (-float64(beta))) if p > 0 else float32(0.0)
+        lo = t * subs_per_tile
+        si = _first_above(sub, lo, min(lo + subs_per_tile - 1, last_sub), subs_per_tile, base, thr, lane, lanes,
+                          _levels(subs_per_tile, lanes))
+        if live and lane == 0:
+            first = si * SUB
+            for k in range(SUB):  # the sub-tile's priorities, loaded before they are added
+                vals[k] = prio[first + k] if first + k < n else float32(0.0)
+            run = sub_base_dev(sub, tiles, subs_per_tile, si)
+            j = min(first + SUB, n) - 1
+            found = False
+            for k in range(SUB):
+                run += float64(vals[k])
+                if not found and run > thr and first + k < n:
+                    j = first + k
+                    found = True
+            p = float64(prio[j])
+            out_idx[i] = j
+            out_w[i] = float32((float64(n) * p / total) ** (-float64(beta))) if p > 0 else float32(0.0)
     if last_to_arrive(arrivals, 0, cuda.gridDim.x, last):
         if cuda.threadIdx.x == 0:
             step_arr[0] = step
@@ -93,18 +130,17 @@ def per_sample_kernel(prio, sub, tiles, subs_per_tile, size_arr, batch, beta, k0
 
 @device_function
 def _normalize_dev(w, batch, s, tid, nt):
-    """One block: divide the weights by their maximum (a tree reduction; a maximum is exact in any order)."""
+    """One block: divide the weights by their maximum (a maximum is exact in any order: the first warp
+    finishes it, ``fold_to_warp`` and a shuffle tree, then every thread reads it from shared memory)."""
     m = float32(0.0)
     for i in range(tid, batch, nt):
         m = max(m, w[i])
     s[tid] = m
     cuda.syncthreads()
-    half = nt // 2
-    while half > 0:
-        if tid < half:
-            s[tid] = max(s[tid], s[tid + half])
-        cuda.syncthreads()
-        half //= 2
+    top = warp_max(fold_to_warp(s, tid, nt, 1, float32(0.0)))
+    if tid == 0:
+        s[0] = top
+    cuda.syncthreads()
     top = s[0]
     if top > 0:
         for i in range(tid, batch, nt):

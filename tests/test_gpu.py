@@ -191,10 +191,11 @@ def test_per_draw_from_a_million_priorities(rng, device):
     w = cuda.to_device(np.full(batch, np.nan, np.float32), stream=s)
     k0, step = int(rng.integers(0, 2**32)), int(rng.integers(0, 10_000))
     scan.launch_scan(d_prio, sub, tiles, cap, threads, arrivals[0:1], cuda.to_device(np.array([size]), stream=s), s)
-    per.per_sample_kernel[batch // 128, 128, s](d_prio, sub, tiles, scan.subs_per_tile(threads),
-                                                cuda.to_device(np.array([size]), stream=s), batch, 0.4, k0, 5,
-                                                cuda.to_device(np.array([step]), stream=s),
-                                                cuda.to_device(np.zeros(1, np.int32), stream=s), idx, w, arrivals[1:2])
+    per.per_sample_kernel[per.sample_launch(batch) + (s,)](d_prio, sub, tiles, scan.subs_per_tile(threads),
+                                                           cuda.to_device(np.array([size]), stream=s), batch, 0.4, k0,
+                                                           5, cuda.to_device(np.array([step]), stream=s),
+                                                           cuda.to_device(np.zeros(1, np.int32), stream=s), idx, w,
+                                                           arrivals[1:2])
     device.synchronize()
     ref_idx, ref_w = per.per_sample_ref(prio, size, batch, 0.4, k0, 5, step + 1)  # the draw advances the step
     assert np.array_equal(idx.copy_to_host(), ref_idx)

@@ -110,8 +110,8 @@ def test_per_sampling_weights_and_bounds(rng, threads):
     idx, w = poisoned(batch, np.int64), poisoned(batch)
     k0, k1, step = int(rng.integers(0, 2**32)), 5, int(rng.integers(0, 1000))
     step_dev = dev(np.array([step]))
-    per.per_sample_kernel[2, 32](prio_dev, sub, tiles, scan.subs_per_tile(threads), dev(np.array([size])), batch, 0.4,
-                                 k0, k1, step_dev, dev(np.zeros(1, np.int32)), idx, w, arrivals[1:2])
+    per.per_sample_kernel[per.sample_launch(batch)](prio_dev, sub, tiles, scan.subs_per_tile(threads),
+                                                    dev(np.array([size])), batch, 0.4, k0, k1, step_dev, dev(np.zeros(1, np.int32)), idx, w, arrivals[1:2])
     assert not arrivals.copy_to_host().any()
     assert step_dev.copy_to_host()[0] == step + 1  # the draw advanced the update counter and used its new value
     ref_idx, ref_w = per.per_sample_ref(prio, size, batch, 0.4, k0, k1, step + 1)
@@ -215,8 +215,9 @@ def test_the_draw_stops_the_update_counter_once_the_guard_trips(rng):
     step, draws = dev(np.array([41], np.int64)), []
     for guard in (0, 1, 0):
         idx = poisoned(batch, np.int64)
-        per.per_sample_kernel[2, 8](prio, sub, tiles, scan.subs_per_tile(threads), fill, batch, 0.4, 3, 5, step,
-                                    dev(np.array([guard], np.int32)), idx, poisoned(batch), arrivals[1:2])
+        per.per_sample_kernel[per.sample_launch(batch)](prio, sub, tiles, scan.subs_per_tile(threads), fill, batch, 0.4,
+                                                        3, 5, step, dev(np.array([guard], np.int32)), idx,
+                                                        poisoned(batch), arrivals[1:2])
         draws.append((int(step.copy_to_host()[0]), idx.copy_to_host()))
     assert [d[0] for d in draws] == [42, 42, 43]  # after a trip an update changes nothing that lasts
     assert np.array_equal(draws[0][1], draws[1][1]) and not np.array_equal(draws[1][1], draws[2][1])

@@ -258,7 +258,7 @@ class DeviceTrainer:
         S, cfg = self.state, self.cfg
         rp, b, lr = S.replay, S.batch, S.learner
         K_scan.launch_scan(rp.prio, rp.sub, rp.tiles, rp.capacity, rp.scan_threads, lr.arrival(ARR.SCAN), rp.size, st)
-        K_per.per_sample_kernel[_grid(b.size, self.tpb) + (st,)](
+        K_per.per_sample_kernel[K_per.sample_launch(b.size) + (st,)](
             rp.prio, rp.sub, rp.tiles, K_scan.subs_per_tile(rp.scan_threads), rp.size, b.size, cfg.per_beta, self.k0,
             self.k1, lr.step, lr.guard, b.idx, b.isw, lr.arrival(ARR.DRAW))
 
