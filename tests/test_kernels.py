@@ -96,6 +96,45 @@ def test_scan_refuses_a_block_it_cannot_split():
 
 # ---- PER ----
 
+@cuda.jit
+def _first_above_probe(level, los, his, spans, base, thrs, out):
+    """One search of ``per._first_above`` per group of ``nb.VOTE`` threads (as the draw's warps)."""
+    lanes = per.VOTE
+    g = cuda.grid(1)
+    k = min(g // lanes, los.shape[0] - 1)  # the block's last groups repeat the last search: every lane votes
+    r = per._first_above(level, los[k], his[k], spans[k], base, thrs[k], g % lanes, lanes,
+                         per._levels(spans[k], lanes))
+    if g % lanes == 0 and g // lanes < los.shape[0]:
+        out[g // lanes] = r
+
+
+def test_the_draws_many_lane_search_finds_what_a_binary_search_finds(rng):
+    """``_first_above`` (the draw's 32-ary search; 8-ary in the simulator) on a non-decreasing level with
+    runs of ties: for ranges of every length up to three levels deep and thresholds below, on, between
+    and above its values, the first index in [lo, hi) whose base + value exceeds the threshold, else hi."""
+    n = 700
+    level = np.cumsum(rng.integers(0, 3, n)).astype(np.float64)  # steps of 0 make ties
+    base = 0.5
+    los, his, thrs = [], [], []
+    for _ in range(96):
+        lo = int(rng.integers(0, n))
+        hi = int(rng.integers(lo, min(n, lo + per.VOTE ** 3)))
+        pick = rng.integers(0, 4)
+        v = base + level[int(rng.integers(lo, hi + 1)) if hi < n else lo]
+        thrs.append([base + level[lo] - 1, v, v + 0.5, base + level[hi] + 1][pick] if hi < n else v)
+        los.append(lo)
+        his.append(hi)
+    los, his, thrs = (np.array(x) for x in (los, his, thrs))
+    spans = np.array([int(h - lo + 1 + rng.integers(0, 5)) for lo, h in zip(los, his)])  # a span may exceed
+    out = poisoned(len(los), np.int64)
+    tpb = 4 * per.VOTE
+    _first_above_probe[(len(los) * per.VOTE + tpb - 1) // tpb, tpb](dev(level), dev(los), dev(his), dev(spans), base,
+                                                                   dev(thrs), out)
+    want = [next((i for i in range(lo, hi) if base + level[i] > t), hi) for lo, hi, t in zip(los, his, thrs)]
+    got = out.copy_to_host()
+    assert np.array_equal(got, want), [(lo, hi, t, g, w) for lo, hi, t, g, w in zip(los, his, thrs, got, want) if g != w]
+
+
 @pytest.mark.parametrize("threads", [8, 32])
 def test_per_sampling_weights_and_bounds(rng, threads):
     """Sampling from the scan's three levels (tiles of 32 and 128 priorities, sub-tiles of 32, over a
