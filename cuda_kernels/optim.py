@@ -115,9 +115,14 @@ def adam_kernel(p, g, m, v, n, lr_arr, beta1, beta2, eps, weight_decay, step_arr
     (``sqrt.rn.f64``, correctly rounded): ``** 0.5`` compiled to a float64 ``pow`` call per element."""
     if guard[0] != 0:
         return
-    t = float64(step_arr[0])
-    bc1 = 1.0 - float64(beta1) ** t
-    bc2 = 1.0 - float64(beta2) ** t
+    bc = cuda.shared.array(2, float64)
+    if cuda.threadIdx.x == 0:  # the bias corrections' two float64 powers once a block, not once a thread
+        t = float64(step_arr[0])
+        bc[0] = 1.0 - float64(beta1) ** t
+        bc[1] = 1.0 - float64(beta2) ** t
+    cuda.syncthreads()
+    bc1 = bc[0]
+    bc2 = bc[1]
     lr = float64(lr_arr[0])
     scale = clip[1]
     for i in range(cuda.grid(1), n, cuda.gridsize(1)):

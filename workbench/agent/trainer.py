@@ -70,8 +70,8 @@ def _gs(device: Device, n: int, tpb: int) -> tuple[int, int]:
 
 
 def _gs_per_sm(device: Device, n: int, tpb: int, per_sm: int = 4) -> tuple[int, int]:
-    """Grid-stride kernels with per-thread setup worth sharing (Adam's two float64 powers): a few blocks
-    per multiprocessor, each thread taking several elements."""
+    """Grid-stride kernels with per-block setup worth sharing (Adam's two float64 powers, once a block): a
+    few blocks per multiprocessor, each thread taking several elements."""
     if device.simulator:
         return _gs(device, n, 32)
     return (max(1, min(per_sm * device.info.multiprocessors, (n + tpb - 1) // tpb)), tpb)
