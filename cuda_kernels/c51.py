@@ -21,6 +21,7 @@ import math
 import numpy as np
 
 from .nb import SIMULATOR, WARP, cuda, device_function, float32, float64, int32, int64, kernel, void, warp_max, warp_sum
+from .nb import uint64 as U  # an index known to be >= 0: Numba adds no wraparound select for an unsigned one
 
 MAX_ATOMS = 128
 MAX_BRANCHES = 4
@@ -75,12 +76,12 @@ def _fold(t, k, op):
 
 
 @device_function
-def _advantage_mean(head, head_bias, b, z, atoms, off, nA):
-    """Mean over the branch's actions of atom z's advantage (with its bias), in float32."""
+def _advantage_mean(hrow, head_bias, z, atoms, off, nA):
+    """Mean over the branch's actions of atom z's advantage (with its bias), in float32 (``hrow``: the row)."""
     total = float32(0.0)
     for a in range(nA):
         c = atoms * (1 + off + a) + z
-        total += head[b, c] + head_bias[c]
+        total += hrow[U(c)] + head_bias[U(c)]
     return total * (float32(1.0) / float32(nA))
 
 
@@ -113,6 +114,8 @@ def dueling_head_kernel(head, head_bias, B, n_branch, branch_size, branch_off, a
     br = cuda.threadIdx.y
     nA, off = branch_size[br], branch_off[br]
     k = _slots(atoms, width)
+    hrow = head[b]  # the row's views: one-dimensional indexing from here on
+    lrow = logp[b]
     v = cuda.local.array(HEAD_SLOTS, float32)
     mean = cuda.local.array(HEAD_SLOTS, float32)
     logit = cuda.local.array(HEAD_SLOTS, float32)
@@ -122,8 +125,8 @@ def dueling_head_kernel(head, head_bias, B, n_branch, branch_size, branch_off, a
             break
         z = lane + width * j
         valid = z < atoms
-        v[j] = head[b, z] + head_bias[z] if valid else float32(0.0)
-        mean[j] = _advantage_mean(head, head_bias, b, z, atoms, off, nA) if valid else float32(0.0)
+        v[j] = hrow[U(z)] + head_bias[U(z)] if valid else float32(0.0)
+        mean[j] = _advantage_mean(hrow, head_bias, z, atoms, off, nA) if valid else float32(0.0)
     for a in range(max_actions):  # the same trip count in every warp (the simulator's stand-in has barriers)
         live = a < nA
         for j in range(HEAD_SLOTS):
@@ -131,7 +134,7 @@ def dueling_head_kernel(head, head_bias, B, n_branch, branch_size, branch_off, a
                 break
             z = lane + width * j
             c = atoms * (1 + off + a) + z
-            logit[j] = v[j] + (head[b, c] + head_bias[c]) - mean[j] if z < atoms and live else float32(-3.4e38)
+            logit[j] = v[j] + (hrow[U(c)] + head_bias[U(c)]) - mean[j] if z < atoms and live else float32(-3.4e38)
             t[j] = logit[j]
         mx = warp_max(_fold(t, k, 1))
         for j in range(HEAD_SLOTS):
@@ -149,8 +152,8 @@ def dueling_head_kernel(head, head_bias, B, n_branch, branch_size, branch_off, a
             t[j] = float32(0.0)
             if z < atoms and live:
                 lp = logit[j] - lse
-                logp[b, off + a, z] = lp
-                t[j] = math.exp(lp) * support[z]
+                lrow[U(off + a), U(z)] = lp
+                t[j] = math.exp(lp) * support[U(z)]
         qa = warp_sum(_fold(t, k, 0))
         if lane == 0 and live:
             q[b, off + a] = qa
@@ -162,7 +165,7 @@ def _first_at_least(lo, row, target, atoms):
     a, b = 0, atoms
     while a < b:
         mid = (a + b) // 2
-        if lo[row, mid] >= target:
+        if lo[U(row), U(mid)] >= target:
             b = mid
         else:
             a = mid + 1
@@ -180,9 +183,9 @@ def _source_mass(lo_j, hi_j, b_j, p_j, br, z, atoms):
     j0 = _first_at_least(lo_j, br, z - 1, atoms)
     j1 = _first_at_least(lo_j, br, z + 1, atoms)
     for j in range(j0, j1):
-        lo, hi, bj = lo_j[br, j], hi_j[br, j], b_j[br, j]
+        lo, hi, bj = lo_j[U(br), U(j)], hi_j[U(br), U(j)], b_j[U(br), U(j)]
         if lo == z or hi == z:
-            pj = p_j[br, j]
+            pj = p_j[U(br), U(j)]
             if lo == hi:
                 m += pj
             elif lo == z:
@@ -226,20 +229,22 @@ def c51_loss_kernel(logp, q_next, logp_next_target, actions, reward, done, gamma
     lp = cuda.local.array(HEAD_SLOTS, float32)
     t = cuda.local.array(HEAD_SLOTS, float32)
     dz = (v_max - v_min) / (atoms - 1)
-    w = is_w[b]
-    r = reward[b]
-    keep = float32(1.0) - done[b]
-    nA, off = branch_size[br], branch_off[br]
-    at = min(max(actions[b, br], 0), nA - 1)
+    w = is_w[U(b)]
+    r = reward[U(b)]
+    keep = float32(1.0) - done[U(b)]
+    nA, off = branch_size[U(br)], branch_off[U(br)]
+    at = min(max(actions[U(b), U(br)], 0), nA - 1)
+    qrow = q_next[U(b)]  # the sample's rows: one index fewer from here on
+    drow = dhead[U(b)]
     for i in range(HEAD_SLOTS):
         if i >= k:
             break
         z = lane + width * i
-        lp[i] = logp[b, off + at, z] if z < atoms else float32(0.0)
-    best, best_q = 0, q_next[b, off]
+        lp[i] = logp[U(b), U(off + at), U(z)] if z < atoms else float32(0.0)
+    best, best_q = 0, qrow[U(off)]
     for a in range(1, nA):
-        if q_next[b, off + a] > best_q:
-            best, best_q = a, q_next[b, off + a]
+        if qrow[U(off + a)] > best_q:
+            best, best_q = a, qrow[U(off + a)]
     for i in range(HEAD_SLOTS):
         if i >= k:
             break
@@ -247,10 +252,10 @@ def c51_loss_kernel(logp, q_next, logp_next_target, actions, reward, done, gamma
         if j < atoms:
             tz = min(max(r + keep * gamma_n * (v_min + j * dz), v_min), v_max)
             bj = (tz - v_min) / dz
-            lo_j[br, j] = min(max(int32(math.floor(bj)), 0), atoms - 1)
-            hi_j[br, j] = min(max(int32(math.ceil(bj)), 0), atoms - 1)
-            b_j[br, j] = bj
-            p_j[br, j] = math.exp(logp_next_target[b, off + best, j])
+            lo_j[U(br), U(j)] = min(max(int32(math.floor(bj)), 0), atoms - 1)
+            hi_j[U(br), U(j)] = min(max(int32(math.ceil(bj)), 0), atoms - 1)
+            b_j[U(br), U(j)] = bj
+            p_j[U(br), U(j)] = math.exp(logp_next_target[U(b), U(off + best), U(j)])
     cuda.syncthreads()
     for i in range(HEAD_SLOTS):
         if i >= k:
@@ -263,12 +268,12 @@ def c51_loss_kernel(logp, q_next, logp_next_target, actions, reward, done, gamma
             g = (math.exp(lp[i]) - m) * w * grad_scale / n_branch
             for a in range(nA):  # the taken action's column gets g, every column of the branch -g / nA (each
                 # rounded to float32 as a column's running value was when the loop added into it)
-                dhead[b, atoms * (1 + off + a) + z] = (float32(g) if a == at else float32(0.0)) - g / nA
-            sg[br, z] = g
+                drow[U(atoms * (1 + off + a) + z)] = (float32(g) if a == at else float32(0.0)) - g / nA
+            sg[U(br), U(z)] = g
             t[i] = float32(ce)
     total = warp_sum(_fold(t, k, 0))
     if lane == 0:
-        ce_br[br] = total
+        ce_br[U(br)] = total
     cuda.syncthreads()
     if br == 0:
         for i in range(HEAD_SLOTS):
@@ -278,17 +283,17 @@ def c51_loss_kernel(logp, q_next, logp_next_target, actions, reward, done, gamma
             if z < atoms:
                 v = float32(0.0)
                 for c in range(n_branch):
-                    v = float32(v + sg[c, z])
-                dhead[b, z] = v
+                    v = float32(v + sg[U(c), U(z)])
+                drow[U(z)] = v
         if lane == 0:
             loss = float32(0.0)
             for c in range(n_branch):
-                loss += ce_br[c]
-            loss_out[b] = loss / n_branch
+                loss += ce_br[U(c)]
+            loss_out[U(b)] = loss / n_branch
     cols = dhead.shape[1]  # the padding columns past the last branch's actions
     used = atoms * (1 + branch_off[n_branch - 1] + branch_size[n_branch - 1])
     for c in range(used + lane + width * br, cols, width * cuda.blockDim.y):
-        dhead[b, c] = 0.0
+        drow[U(c)] = 0.0
 
 
 # ---- NumPy references ----
