@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from .nb import cuda, kernel, float32, int32, int64, last_to_arrive, void
+from .nb import uint64 as U  # an index known to be >= 0: Numba adds no wraparound select for an unsigned one
 
 BM, BN, BK, TM, TN = 64, 64, 16, 4, 4
 THREADS = (16, 16)
@@ -138,30 +139,33 @@ def bias_act_backward_kernel(dY, Y, dbias, M, N, act, partial, arrivals):
     if j < N:
         # four rows of the thread's chain loaded before they are added: the loads overlap instead of
         # waiting one after another, and acc adds them in the same order as a row-by-row loop
+        # (indices cast to unsigned where they index: no wraparound select on each access)
         i = r0 + ty
+        c = U(j)
         while i + 3 * by < r1:
-            d0, d1, d2, d3 = dY[i, j], dY[i + by, j], dY[i + 2 * by, j], dY[i + 3 * by, j]
+            i0, i1, i2, i3 = U(i), U(i + by), U(i + 2 * by), U(i + 3 * by)
+            d0, d1, d2, d3 = dY[i0, c], dY[i1, c], dY[i2, c], dY[i3, c]
             if act == ACT_RELU:
-                if Y[i, j] <= 0:
+                if Y[i0, c] <= 0:
                     d0 = 0.0
-                if Y[i + by, j] <= 0:
+                if Y[i1, c] <= 0:
                     d1 = 0.0
-                if Y[i + 2 * by, j] <= 0:
+                if Y[i2, c] <= 0:
                     d2 = 0.0
-                if Y[i + 3 * by, j] <= 0:
+                if Y[i3, c] <= 0:
                     d3 = 0.0
-                dY[i, j], dY[i + by, j], dY[i + 2 * by, j], dY[i + 3 * by, j] = d0, d1, d2, d3
+                dY[i0, c], dY[i1, c], dY[i2, c], dY[i3, c] = d0, d1, d2, d3
             acc += d0
             acc += d1
             acc += d2
             acc += d3
             i += 4 * by
         while i < r1:
-            d = dY[i, j]
+            d = dY[U(i), c]
             if act == ACT_RELU:
-                if Y[i, j] <= 0:
+                if Y[U(i), c] <= 0:
                     d = 0.0
-                dY[i, j] = d
+                dY[U(i), c] = d
             acc += d
             i += by
     s[ty * bx + tx] = acc
