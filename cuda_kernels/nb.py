@@ -153,14 +153,13 @@ VOTE = 8 if SIMULATOR else WARP  # lanes of one vote (``first_lane``): a warp; f
 
 if SIMULATOR:
     @device_function
-    def _warp_tree(v, op):
-        """The simulator's stand-in: the values of a row of the block (``blockDim.x`` lanes, a power of two
-        <= 32, the "warp") through shared memory, reduced in the shuffle tree's order (lane i with lane
-        i + width / 2, then + width / 4, ...), the total back to every lane. A narrower row than a real
-        warp gives the same sums: on the GPU the missing lanes hold the neutral value, so the tree's
-        upper levels add nothing. Every thread of the block must call it (it holds block barriers), as
-        every lane of a warp calls a shuffle."""
-        buf = cuda.shared.array(1024, float32)
+    def _row_tree(buf, v, op):
+        """The simulator's stand-in for a shuffle tree: the values of a row of the block (``blockDim.x``
+        lanes, a power of two <= 32, the "warp") through the shared ``buf``, reduced in the shuffle tree's
+        order (lane i with lane i + width / 2, then + width / 4, ...), the total back to every lane. A
+        narrower row than a real warp gives the same sums: on the GPU the missing lanes hold the neutral
+        value, so the tree's upper levels add nothing. Every thread of the block must call it (it holds
+        block barriers), as every lane of a warp calls a shuffle."""
         width = cuda.blockDim.x
         t = cuda.threadIdx.x + width * (cuda.threadIdx.y + cuda.blockDim.y * cuda.threadIdx.z)
         buf[t] = v
@@ -174,6 +173,16 @@ if SIMULATOR:
             half //= 2
         cuda.syncthreads()
         return vals[0]
+
+    @device_function
+    def _warp_tree(v, op):
+        """``_row_tree`` of float32 values (a buffer of the values' type: its sums are theirs)."""
+        return _row_tree(cuda.shared.array(1024, float32), v, op)
+
+    @device_function
+    def _warp_tree64(v, op):
+        """``_row_tree`` of float64 values."""
+        return _row_tree(cuda.shared.array(1024, float64), v, op)
 
     @device_function
     def first_lane(pred):
@@ -194,23 +203,6 @@ if SIMULATOR:
         cuda.syncthreads()
         return first
 
-    @device_function
-    def _warp_tree64(v, op):
-        """``_warp_tree`` for float64 values (the simulator's buffer holds one type; a shuffle takes either)."""
-        buf = cuda.shared.array(1024, float64)
-        width = cuda.blockDim.x
-        t = cuda.threadIdx.x + width * (cuda.threadIdx.y + cuda.blockDim.y * cuda.threadIdx.z)
-        buf[t] = v
-        cuda.syncthreads()
-        base = t - t % width
-        vals = [buf[base + i] for i in range(width)]
-        half = width // 2
-        while half > 0:
-            for i in range(half):
-                vals[i] = vals[i] + vals[i + half] if op == 0 else max(vals[i], vals[i + half])
-            half //= 2
-        cuda.syncthreads()
-        return vals[0]
 else:
     @device_function
     def _warp_step(v, op, delta):
