@@ -235,3 +235,14 @@ def test_symbols_without_instrument_ids_are_separate_contracts():
     bars = load_bars(df)
     assert bars.frame["instrument_id"].nunique() == 2 and len(bars.rolls) == 1
     assert bars.rolls.iloc[0]["to_symbol"] == "ESM4" and bars.market.name == "ES"
+
+
+def test_utc_index_is_what_to_datetime_gives(rng):
+    """bars_io.utc_index (a datetime64[ns] view) against pd.to_datetime(..., utc=True) on int64 nanoseconds,
+    the index's name carried."""
+    from workbench.bars_io import utc_index
+
+    ts = np.sort(rng.integers(0, 2**62, 1000)).astype(np.int64)
+    want = pd.DatetimeIndex(pd.to_datetime(ts, utc=True), name="ts")
+    got = utc_index(ts, name="ts")
+    pd.testing.assert_index_equal(got, want, exact=True)

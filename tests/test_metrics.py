@@ -51,6 +51,19 @@ def test_daily_returns_follow_the_cme_trading_day():
     assert list(r) == pytest.approx([0.01, 0.05])  # daily PnL on the fixed capital base: no compounding
 
 
+def test_daily_pnl_groups_as_one_date_per_bar_would(rng):
+    """The day grouping on local midnights gives what grouping on each bar's Python date gives, across the
+    March and November clock changes, for a market with a trading-day offset and one without."""
+    idx = pd.date_range("2024-03-08 20:00", "2024-03-12 03:00", freq="7min", tz="UTC").append(
+        pd.date_range("2024-11-01 20:00", "2024-11-05 03:00", freq="7min", tz="UTC"))
+    pnl = rng.normal(0, 50, len(idx))
+    for spec in (load_market("ES"), load_market("generic")):
+        local = idx.tz_convert(spec.session_tz) + spec.day_end_offset()
+        want = pd.Series(pnl, index=pd.DatetimeIndex(local.date, name="trading_day")).groupby(level=0).sum()
+        got = M.daily_pnl(pnl, idx, spec)
+        pd.testing.assert_series_equal(got, want, check_exact=True)
+
+
 def test_trade_stats():
     trades = pd.DataFrame({"pnl": [100.0, -50.0, 25.0, -25.0]})
     s = M.trade_stats(trades, np.array([0, 1, 1, 0, -1, -1, 0, 0]), n_days=2)

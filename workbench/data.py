@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from . import validation as V
-from .bars_io import canonical_frame, read_table
+from .bars_io import canonical_frame, read_table, utc_index
 from .contracts import is_spread, parse_symbol, roots_in_name
 from .front import select_front, session_ids
 from .markets import (MarketSpec, apply_overrides, futures_specs, generic_spec, load_market, match_root, number,
@@ -167,7 +167,7 @@ def start_labelled(df: pd.DataFrame, spec: MarketSpec, report: V.ValidationRepor
         return df
     ts = df["ts"].to_numpy()
     step = int(np.median(np.diff(ts)))
-    local = pd.DatetimeIndex(pd.to_datetime(ts, utc=True)).tz_convert(spec.session_tz)
+    local = utc_index(ts).tz_convert(spec.session_tz)
     minute = (local.hour * 60 + local.minute).to_numpy()
     hs, he = (h * 60 + m for h, m in (V._parse_hhmm(spec.halt_start, "halt_start"), V._parse_hhmm(spec.halt_end, "halt_end")))
     step_min = step // 60_000_000_000
@@ -282,7 +282,7 @@ def validate_bars(path_or_frame, market: str = "auto", naive_tz: str = "UTC", un
     V.report_gaps(df["ts"].to_numpy(), spec, report)
     V.report_outliers(df, roll_mask, report)
     report.bars = len(df)
-    frame = df.set_index(pd.DatetimeIndex(pd.to_datetime(df["ts"].to_numpy(), utc=True), name="ts")).drop(columns="ts")
+    frame = df.set_index(utc_index(df["ts"].to_numpy(), name="ts")).drop(columns="ts")
     if frame["buy_volume"].isna().all() if "buy_volume" in frame.columns else False:
         frame = frame.drop(columns=["buy_volume", "sell_volume"], errors="ignore")
     return report, Bars(frame, rolls, report, spec, source)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from .bars_io import utc_index
 from .markets import MarketSpec
 
 THIN_SHARE = 0.25
@@ -30,7 +31,7 @@ THIN_LOOKBACK = 20
 
 def session_ids(ts_ns: np.ndarray, spec: MarketSpec) -> np.ndarray:
     """int64 trading-date id (days since 1970) of each UTC-ns timestamp, in the market's time zone."""
-    local = pd.DatetimeIndex(pd.to_datetime(ts_ns, utc=True)).tz_convert(spec.session_tz) + spec.day_end_offset()
+    local = utc_index(ts_ns).tz_convert(spec.session_tz) + spec.day_end_offset()
     return (local.tz_localize(None).normalize().asi8 // 86_400_000_000_000).astype(np.int64)
 
 
