@@ -47,9 +47,9 @@ def _first_above(level, lo, hi, span, base, thr, lane, lanes, levels):
     """The first index in [lo, hi) whose ``base + level[index]`` exceeds ``thr``, ``hi`` when none does (what a
     binary search over a non-decreasing level gives): a ``lanes``-ary search, one load a lane a level,
     each level keeping the chunk of the first lane whose chunk ends at or after the answer
-    (``first_lane``; the last chunk ends where the span does, at an index known to be at or after it, so
-    some lane always finds it). [lo, lo + span) holds [lo, hi]; every lane of the block runs ``levels`` levels
-    (``_levels(span, lanes)``, the same in every warp, as the simulator's vote needs)."""
+    (``first_lane``; the last chunk ends where the span does, at an index known to be at or after it,
+    so some lane always finds it). [lo, lo + span) holds [lo, hi]; every lane of the block runs
+    ``levels`` levels (``_levels(span, lanes)``, the same in every warp, as the simulator's vote needs)."""
     for _ in range(levels):
         step = (span + lanes - 1) // lanes
         idx = min(lo + (lane + 1) * step, lo + span) - 1  # the last lane's chunk ends where the span does
@@ -77,11 +77,10 @@ def per_sample_kernel(prio, sub, tiles, subs_per_tile, size_arr, batch, beta, k0
     A warp per sample (every lane computes the sample's threshold; the first lane writes). It looks for
     the first slot whose prefix sum exceeds its threshold level by level: the first tile whose scanned
     total does, then the first sub-tile of that tile whose prefix does (``_first_above``: 32-ary
-    searches: at the reference replay two levels each, one load a lane a level, where a binary search
-    made eight and seven dependent loads), then the
-    sub-tile's 32 priorities added left to right (loaded together). Where rounding makes two levels
-    disagree by an ulp at a boundary, the last candidate of the level below is taken; the weight is that
-    slot's own priority."""
+    searches, two levels each at the reference replay, one load a lane a level, where the binary
+    searches made eight and seven dependent loads), then the sub-tile's 32 priorities added left to
+    right (loaded together). Where rounding makes two levels disagree by an ulp at a boundary, the last
+    candidate of the level below is taken; the weight is that slot's own priority."""
     s = cuda.shared.array(1024, float32)
     last = cuda.shared.array(1, int32)
     vals = cuda.local.array(SUB, float32)

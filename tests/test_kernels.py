@@ -132,7 +132,8 @@ def test_the_draws_many_lane_search_finds_what_a_binary_search_finds(rng):
                                                                    dev(thrs), out)
     want = [next((i for i in range(lo, hi) if base + level[i] > t), hi) for lo, hi, t in zip(los, his, thrs)]
     got = out.copy_to_host()
-    assert np.array_equal(got, want), [(lo, hi, t, g, w) for lo, hi, t, g, w in zip(los, his, thrs, got, want) if g != w]
+    wrong = [(lo, hi, t, g, w) for lo, hi, t, g, w in zip(los, his, thrs, got, want) if g != w]
+    assert not wrong, wrong
 
 
 @pytest.mark.parametrize("threads", [8, 32])
@@ -150,7 +151,8 @@ def test_per_sampling_weights_and_bounds(rng, threads):
     k0, k1, step = int(rng.integers(0, 2**32)), 5, int(rng.integers(0, 1000))
     step_dev = dev(np.array([step]))
     per.per_sample_kernel[per.sample_launch(batch)](prio_dev, sub, tiles, scan.subs_per_tile(threads),
-                                                    dev(np.array([size])), batch, 0.4, k0, k1, step_dev, dev(np.zeros(1, np.int32)), idx, w, arrivals[1:2])
+                                                    dev(np.array([size])), batch, 0.4, k0, k1, step_dev,
+                                                    dev(np.zeros(1, np.int32)), idx, w, arrivals[1:2])
     assert not arrivals.copy_to_host().any()
     assert step_dev.copy_to_host()[0] == step + 1  # the draw advanced the update counter and used its new value
     ref_idx, ref_w = per.per_sample_ref(prio, size, batch, 0.4, k0, k1, step + 1)
