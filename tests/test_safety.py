@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from workbench.errors import UsageError
 from workbench.rundir import LOCK, MARKER, RunDir
 from workbench.walkforward import main
 
@@ -77,6 +78,26 @@ def test_a_second_run_into_a_locked_directory_is_refused_naming_the_pid(tmp_path
         holder.wait()
     assert main([str(SAMPLE), *MOMENTUM, "--out", str(run), "--force"]) == 0
     assert f"took over the lock of PID {holder.pid}" in capsys.readouterr().err
+
+
+def test_a_run_refused_while_the_holder_writes_its_record_still_names_it(tmp_path):
+    """The holder takes the lock, then writes its PID: a run refused in between (what two runs started
+    together can meet) waits for the record instead of naming no process."""
+    run = tmp_path / "run"
+    RunDir(run).close()  # a finished run's directory (resumed below: both runs reach the lock)
+    holder = subprocess.Popen([sys.executable, "-c", "import os, sys, time; real = os.ftruncate\n"
+                               "def slow(fd, n):\n    print('locked', flush=True); time.sleep(0.5); return real(fd, n)\n"
+                               "os.ftruncate = slow\n"
+                               f"from workbench.rundir import RunDir; d = RunDir({str(run)!r}, resume=True); "
+                               "time.sleep(60)"],
+                              cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"  # it holds the lock; its record is not written yet
+        with pytest.raises(UsageError, match=f"in use by PID {holder.pid} "):
+            RunDir(run, resume=True)
+    finally:
+        holder.kill()
+        holder.wait()
 
 
 @pytest.mark.slow

@@ -37,6 +37,7 @@ import math
 import os
 import shutil
 import socket
+import time
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -95,6 +96,30 @@ def _read_lock(fd: int) -> dict:
         return {}
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's process: alive
+        return True
+    return True
+
+
+def _holder(fd: int, wait_s: float = 2.0) -> dict:
+    """The record of the process holding the lock on ``fd``. The holder writes it just after taking the
+    lock, so a process refused in between finds the file empty or still naming a dead run: it reads
+    again (for up to ``wait_s``) until the record names a live process, then gives what it has."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        rec = _read_lock(fd)
+        pid = rec.get("pid")
+        mine = rec.get("host") == socket.gethostname()  # a PID of another host cannot be checked here
+        if (isinstance(pid, int) and (not mine or _alive(pid))) or time.monotonic() >= deadline:
+            return rec
+        time.sleep(0.02)
+
+
 class RunDir:
     """A run (or search) directory that this process owns and locks for its life (``close()`` releases).
 
@@ -149,7 +174,7 @@ class RunDir:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = _read_lock(fd)
+            holder = _holder(fd)
             os.close(fd)
             raise UsageError(f"run directory {self.path} is in use by PID {holder.get('pid', '?')} on "
                              f"{holder.get('host', '?')} (since {holder.get('since', '?')})",
