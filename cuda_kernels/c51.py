@@ -21,7 +21,7 @@ import math
 import numpy as np
 
 from .nb import SIMULATOR, WARP, cuda, device_function, float32, float64, int32, int64, kernel, void, warp_max, warp_sum
-from .nb import uint64 as U  # an index known to be >= 0: Numba adds no wraparound select for an unsigned one
+from .nb import U
 
 MAX_ATOMS = 128
 MAX_BRANCHES = 4

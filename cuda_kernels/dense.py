@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from .nb import cuda, kernel, float32, int32, int64, last_to_arrive, void
-from .nb import uint64 as U  # an index known to be >= 0: Numba adds no wraparound select for an unsigned one
+from .nb import U
 
 BM, BN, BK, TM, TN = 64, 64, 16, 4, 4
 THREADS = (16, 16)

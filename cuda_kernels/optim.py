@@ -13,7 +13,7 @@ import math
 import numpy as np
 
 from .nb import (WARP, cuda, float32, float64, fold_to_warp, int32, int64, kernel, last_to_arrive, void, warp_max,
-                 uint64, warp_sum, warp_sum64)
+                 U, warp_sum, warp_sum64)
 
 NORM_BLOCKS = 256
 
@@ -126,7 +126,7 @@ def adam_kernel(p, g, m, v, n, lr_arr, beta1, beta2, eps, weight_decay, step_arr
     lr = float64(lr_arr[0])
     scale = clip[1]
     for i0 in range(cuda.grid(1), n, cuda.gridsize(1)):
-        i = uint64(i0)  # unsigned: no wraparound select on each of the nine accesses
+        i = U(i0)  # unsigned: no wraparound select on each of the nine accesses
         gi = g[i] * scale
         mi = beta1 * m[i] + (float32(1.0) - beta1) * gi
         vi = beta2 * v[i] + (float32(1.0) - beta2) * gi * gi
