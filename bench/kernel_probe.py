@@ -1,7 +1,8 @@
 """Our kernels of the update at the reference shape, alone and 16 at once, against another tree's (#16, #15).
 
 Times ``cuda_kernels.c51``'s ``dueling_head_kernel`` (2048 rows: the online forward on s and s'; 1024
-rows: the target's on s'), ``c51_loss_kernel`` (1024 samples) and ``dense.bias_act_backward_kernel``
+rows: the target's on s'; what acting runs), ``c51_head_loss_kernel`` (1024 samples: an update's heads and
+loss; an old tree's three launches for the same) and ``dense.bias_act_backward_kernel``
 (1024 rows of 512 hidden units with the ReLU's gradient; 510 head columns without), each launched
 ``--inner`` times in a graph of its own, on one stream (``alone``: what one agent's update pays) and on
 16 lanes side by side (``x16``: what a saturated population pays per agent), with the registers a thread
@@ -116,34 +117,60 @@ def main() -> int:
             res["max_abs_diff_vs_old"][f"head {rows} rows (logp, q)"] = diff
             print(f"head {rows} rows: max |now - old| {diff:.3g}")
 
-    # ---- the C51 loss (its inputs are only read) ----
+    # ---- the heads and the C51 loss (inputs only read): now one launch, c51_head_loss_kernel; a tree from
+    # before it, three (its head kernel on the online rows of s and s' and on the target's, then its loss) ----
     lbs = []
     for _ in range(P):
-        logp = np.log(rng.dirichlet(np.ones(ATOMS), (B, A))).astype(np.float32)
-        lbs.append({"logp": cuda.to_device(logp), "qn": cuda.to_device(rng.normal(0, 1, (B, A)).astype(np.float32)),
-                    "lpt": cuda.to_device(logp[rng.permutation(B)]),
+        pair, ht = np.zeros((2 * B, cols), np.float32), np.zeros((B, cols), np.float32)
+        pair[:, :W], ht[:, :W] = rng.normal(0, 0.7, (2 * B, W)), rng.normal(0, 0.7, (B, W))
+        lbs.append({"pair": cuda.to_device(pair), "ht": cuda.to_device(ht),
+                    "bias": cuda.to_device(rng.normal(0, 0.2, cols).astype(np.float32)),
+                    "bias_t": cuda.to_device(rng.normal(0, 0.2, cols).astype(np.float32)),
                     "acts": cuda.to_device(rng.integers(0, 3, (B, nb)).astype(np.int32)),
                     "rew": cuda.to_device(rng.normal(0, 2, B).astype(np.float32)),
                     "done": cuda.to_device((rng.random(B) < 0.05).astype(np.float32)),
                     "w": cuda.to_device(rng.uniform(0.3, 1, B).astype(np.float32)),
+                    "q": cuda.device_array((B, A), np.float32), "lp": cuda.device_array((2 * B, A, ATOMS), np.float32),
+                    "qq": cuda.device_array((2 * B, A), np.float32), "lpt": cuda.device_array((B, A, ATOMS), np.float32),
+                    "qt": cuda.device_array((B, A), np.float32),
                     "dhead": cuda.device_array((B, cols), np.float32), "loss": cuda.device_array(B, np.float32)})
-    outputs = {}
-    variants = [(n, m.c51_loss_kernel, m.loss_launch(B, ATOMS, nb)) for n, (m, _) in kmods.items()]
-    for r in (32, 40, 48, 64):  # occupancy against spills: register caps the kernel does not have
-        variants.append((f"now r{r} (variant)", cuda.jit(c51.c51_loss_kernel.signature, max_registers=r)(
-            c51.c51_loss_kernel.py_func), c51.loss_launch(B, ATOMS, nb)))
-    for n, kern, launch in variants:
-        def make(lb, kern=kern, launch=launch):
-            return lambda st: kern[launch + (st,)](
-                lb["logp"], lb["qn"], lb["lpt"], lb["acts"], lb["rew"], lb["done"], 0.99 ** 3, -10.0, 10.0, ATOMS,
-                lb["w"], nb, consts[0], consts[1], 1.0 / B, lb["dhead"], lb["loss"], B)
-        outputs[n] = run(f"loss {n} {B} samples", make, lbs, kern,
-                         lambda lb: (lb["dhead"].copy_to_host(), lb["loss"].copy_to_host()))
-    for n in outputs:
-        if n != "now":
-            diff = _maxdiff(outputs["now"], outputs[n])
-            res["max_abs_diff_vs_old"][f"loss (dhead, loss): now vs {n}"] = diff
-            print(f"loss: max |now - {n}| {diff:.3g}")
+    gamma_n = 0.99 ** 3
+
+    def fused(lb, kern=c51.c51_head_loss_kernel):
+        return lambda st: kern[c51.loss_launch(B, ATOMS, nb) + (st,)](
+            lb["pair"], lb["bias"], lb["ht"], lb["bias_t"], lb["acts"], lb["rew"], lb["done"], gamma_n, -10.0, 10.0,
+            ATOMS, lb["w"], nb, consts[0], consts[1], max(BRANCHES), consts[2], 1.0 / B, lb["q"], lb["dhead"],
+            lb["loss"], B)
+
+    outputs = {"now": run(f"heads + loss now (one launch) {B} samples", fused, lbs, c51.c51_head_loss_kernel,
+                          lambda lb: (lb["dhead"].copy_to_host(), lb["loss"].copy_to_host(), lb["q"].copy_to_host()))}
+    for r in (40, 48, 64):  # occupancy against spills: register caps the kernel does not have
+        kern = cuda.jit(c51.c51_head_loss_kernel.signature, max_registers=r)(c51.c51_head_loss_kernel.py_func)
+        run(f"heads + loss now r{r} (variant)", lambda lb, kern=kern: fused(lb, kern), lbs, kern, lambda lb: None)
+    if "old" in kmods and hasattr(kmods["old"][0], "c51_loss_kernel"):
+        m = kmods["old"][0]
+
+        def three(lb):
+            def launches(st):
+                m.dueling_head_kernel[m.head_launch(2 * B, ATOMS, nb) + (st,)](
+                    lb["pair"], lb["bias"], 2 * B, nb, consts[0], consts[1], ATOMS, max(BRANCHES), consts[2], lb["lp"],
+                    lb["qq"])
+                m.dueling_head_kernel[m.head_launch(B, ATOMS, nb) + (st,)](
+                    lb["ht"], lb["bias_t"], B, nb, consts[0], consts[1], ATOMS, max(BRANCHES), consts[2], lb["lpt"],
+                    lb["qt"])
+                m.c51_loss_kernel[m.loss_launch(B, ATOMS, nb) + (st,)](
+                    lb["lp"][:B], lb["qq"][B:], lb["lpt"], lb["acts"], lb["rew"], lb["done"], gamma_n, -10.0, 10.0,
+                    ATOMS, lb["w"], nb, consts[0], consts[1], 1.0 / B, lb["dhead"], lb["loss"], B)
+            return launches
+
+        outputs["old"] = run(f"heads + loss old (three launches) {B} samples", three, lbs, m.c51_loss_kernel,
+                             lambda lb: (lb["dhead"].copy_to_host(), lb["loss"].copy_to_host(),
+                                         lb["qq"].copy_to_host()[:B]))
+        same = all(np.array_equal(x.view(np.uint32), y.view(np.uint32)) for x, y in zip(outputs["now"], outputs["old"]))
+        diff = _maxdiff(outputs["now"], outputs["old"])
+        res["max_abs_diff_vs_old"]["heads + loss (dhead, loss, Q of s): now vs old"] = diff
+        res["heads_loss_bit_for_bit_vs_old"] = same
+        print(f"heads + loss: max |now - old| {diff:.3g}, bit for bit: {same}")
 
     # ---- the bias gradient: dY is changed in place (by the ReLU's mask: idempotent), so each output is
     # read after one launch from the same inputs ----

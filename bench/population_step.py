@@ -24,7 +24,7 @@ import time
 from train_step import B, ATOMS, CAP, H, _window, ms_per_step, torch_update
 
 
-def population(P: int, steps: int, fused: bool = True) -> dict:
+def population(P: int, steps: int, fused: bool = True, pdl_modes=()) -> dict:
     from workbench.agent.gemm import GemmMeeting, make_gemm
     from workbench.agent.population import agent_bytes
     from workbench.agent.train_config import TrainConfig
@@ -91,6 +91,20 @@ def population(P: int, steps: int, fused: bool = True) -> dict:
         row[math].update({"beside_ms_per_update": s_ms, "beside_agent_updates_per_s": P * 1e3 / s_ms,
                           "beside_graph_nodes": beside.n_nodes})
         del beside
+        for mode in pdl_modes:  # the same loops (and, alone, beside) with programmatic edges
+            for d in (device, *lanes):
+                d.pdl = mode
+            p_loop = device.capture_loops(loops)
+            p_ms = ms_per_step(device, p_loop.launch, steps)
+            row[math][f"pdl_{mode}_loop_agent_updates_per_s"] = P * 1e3 / p_ms
+            del p_loop
+            if P == 1:
+                p_beside = device.capture_loops([Loop(t.device, t.update_beside, steps, guard=t.state.learner.guard)
+                                                 for t in trainers])
+                row[math][f"pdl_{mode}_beside_agent_updates_per_s"] = 1e3 / ms_per_step(device, p_beside.launch, steps)
+                del p_beside
+            for d in (device, *lanes):
+                d.pdl = "off"
         assert all(t.state.learner.guard.copy_to_host()[0] == 0 for t in trainers)
         if P >= 16:
             row[math]["breakdown_ms_per_agent"] = breakdown(device, lanes, trainers, steps)
@@ -101,13 +115,13 @@ def _pieces(t) -> dict:
     """Pieces of one agent's update, each captured alone (for the saturated breakdown)."""
     S = t.state
     b, lr, nets = S.batch, S.learner, S.nets
-    return {"sample (scan 1M, PER draw, gathers)": t._update_sample,
-            "  scan of 1M priorities, PER draw": t._scan_and_draw,
-            "forward s and s' (online, stacked)": lambda _s: nets.online.forward(lr.params, b.obs_pair),
+    return {"sample (scan 1M, PER draw with the batch gathers)": t._sample,
+            "forward s and s' (online, stacked; its head in the loss)": lambda _s: nets.online.forward(
+                lr.params, b.obs_pair, head=False),
             "  its 3 GEMMs only": lambda _s: _gemms(t, lr.params, b.obs_pair),
-            "forward s' (target)": lambda _s: nets.t2.forward(lr.target, b.obs_next),
-            "loss + backward + grad norm + guard": lambda s: (t._update_learn_tail(s)),
-            "  C51 loss": t._loss,
+            "forward s' (target)": lambda _s: nets.t2.forward(lr.target, b.obs_next, head=False),
+            "heads + loss + backward + grad norm + guard": lambda s: (t._update_learn_tail(s)),
+            "  heads + C51 loss": t._loss,
             "  backward (5 GEMMs, 3 bias gradients)": lambda _s: nets.s.backward(lr.params, lr.grads, b.obs, b.dhead),
             "  grad norm + guard": t._grad_norm_guard,
             "finish (Adam with EMA, priorities)": t._update_finish,
@@ -146,10 +160,13 @@ def main() -> int:
     a.add_argument("--epilogues", choices=("fused", "kernels"), default="fused",
                    help="the trunk's bias + ReLU fused into cuBLASLt's GEMMs (where an agent's GEMMs run alone) "
                         "or our kernels after every GEMM")
+    a.add_argument("--pdl", default="programmatic,order",
+                   help="programmatic-edge modes (workbench.graph_edges) measured beside the plain loops")
     args = a.parse_args()
+    modes = [m for m in args.pdl.split(",") if m and m != "off"]
     rows = []
     for p in args.sizes.split(","):
-        rows.append(population(int(p), args.steps, args.epilogues == "fused"))
+        rows.append(population(int(p), args.steps, args.epilogues == "fused", modes))
         gc.collect()  # the previous population's buffers go before the next is allocated
         print(f"P={p}: {json.dumps(rows[-1])}", flush=True)
     torch_rows: list = []
@@ -171,6 +188,13 @@ def main() -> int:
               f"{t['loop_agent_updates_per_s']:16,.0f} {f.get('batched_agent_updates_per_s', 0):13,.0f} "
               f"{t.get('batched_agent_updates_per_s', 0):13,.0f} {f['beside_agent_updates_per_s']:12,.0f} "
               f"{t['beside_agent_updates_per_s']:12,.0f}")
+    for mode in modes:
+        print(f"PDL {mode}, loop agent-updates/s: " + ", ".join(
+            f"P={r['P']} fp32 {r['fp32'][f'pdl_{mode}_loop_agent_updates_per_s']:,.0f} tf32 "
+            f"{r['tf32'][f'pdl_{mode}_loop_agent_updates_per_s']:,.0f}"
+            + (f" (beside: fp32 {r['fp32'][f'pdl_{mode}_beside_agent_updates_per_s']:,.0f} tf32 "
+               f"{r['tf32'][f'pdl_{mode}_beside_agent_updates_per_s']:,.0f})" if r["P"] == 1 else "")
+            for r in rows))
     if args.json:
         json.dump({"rows": rows, "torch_graph_ms": torch_ms, "torch": torch_rows[0][0]}, open(args.json, "w"), indent=1)
     return 0

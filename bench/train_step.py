@@ -54,9 +54,10 @@ def ms_per_step(device, fn, steps: int) -> float:
     return statistics.median(out)
 
 
-def ours(math: str, steps: int, rows: list, fused: bool = True, beside: bool = False):
+def ours(math: str, steps: int, rows: list, fused: bool = True, beside: bool = False, pdl: str = "off"):
     """Our update at the reference shape (``beside``: its independent work on a side stream,
-    ``DeviceTrainer.update_beside``; the per-launch breakdown is measured on one stream only)."""
+    ``DeviceTrainer.update_beside``; ``pdl``: programmatic edges between the graphs' kernels,
+    ``workbench.graph_edges``; the per-launch breakdown is measured on one stream without them only)."""
     from workbench.agent.gemm import make_gemm
     from workbench.agent.train_config import TrainConfig
     from workbench.agent.trainer import DeviceTrainer, Side
@@ -64,7 +65,7 @@ def ours(math: str, steps: int, rows: list, fused: bool = True, beside: bool = F
     from workbench.gpu_profile import GpuProfile
     from workbench.markets import load_market
 
-    device = Device()
+    device = Device(pdl)
     prof = GpuProfile(name="bench", hidden=H, atoms=ATOMS, batch=B, n_envs=4096, replay_vram_fraction=0.5,
                       gemm="cublas", math=math, fused_epilogues=fused)
     cfg = TrainConfig(replay_capacity=CAP, rollout_steps=256, learning_starts=0)
@@ -77,8 +78,8 @@ def ours(math: str, steps: int, rows: list, fused: bool = True, beside: bool = F
     if fused and not tr.state.nets.online.fused:
         raise SystemExit(f"fused epilogues asked for but unavailable: {tr.gemm.lt_error}")
     back = "and backward" if tr.state.nets.online.fuses_backward else "only"
-    math = f"{math}, {f'fused epilogues: forward {back}' if fused else 'bias kernels'}" + (", side stream" if beside
-                                                                                            else "")
+    math = (f"{math}, {f'fused epilogues: forward {back}' if fused else 'bias kernels'}"
+            + (", side stream" if beside else "") + (f", PDL {pdl}" if pdl != "off" else ""))
     tr.state.envs.eps_slot.value[0] = 1.0
     g.experience.launch()  # 4096 envs x 256 steps = 1M transitions: a full ring
     device.synchronize()
@@ -89,7 +90,7 @@ def ours(math: str, steps: int, rows: list, fused: bool = True, beside: bool = F
     loop_ms = ms_per_step(device, loop.launch, steps)
     eager_ms = ms_per_step(device, lambda: [tr.enqueue_update(device.stream) for _ in range(steps)], steps)
     assert tr.state.learner.guard.copy_to_host()[0] == 0  # every loop ran all its passes
-    if not beside:
+    if not beside and pdl == "off":
         breakdown(tr, device, rows, math)
     rows.append((f"ours, graph replay, cuBLAS {math}", graph_ms, one.n_nodes))
     rows.append((f"ours, graph loop ({steps} updates in one launch), cuBLAS {math}", loop_ms, one.n_nodes))
@@ -258,12 +259,18 @@ def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--steps", type=int, default=200)
     p.add_argument("--json")
+    p.add_argument("--pdl", default="programmatic,order",
+                   help="programmatic-edge modes measured beside the plain graphs (comma-separated; '' for none)")
     args = p.parse_args()
     rows: list = []
+    modes = [m for m in args.pdl.split(",") if m and m != "off"]
     for math in ("fp32", "tf32"):
         for fused in (False, True):
             ours(math, args.steps, rows, fused)
-        ours(math, args.steps, rows, True, beside=True)
+        for pdl in ("off", *modes):
+            ours(math, args.steps, rows, True, beside=True, pdl=pdl)
+            if math == "tf32" and pdl != "off":
+                ours(math, args.steps, rows, True, pdl=pdl)
     for graph in (False, True):
         torch_update(max(20, args.steps // 4) if not graph else args.steps, rows, graph)
     D, W = F + N_POS, ATOMS * 10

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .nb import cuda, kernel, float32, int32, int64, uint32, void
+from .nb import cuda, kernel, float32, int32, int64, uint32, void, grid_wait
 from .philox import uniform4_dev, uniforms4_ref
 
 TAG_ACTION = 0x4143
@@ -17,6 +17,7 @@ TAG_ACTION = 0x4143
                int32[:, ::1], int32[::1], int64))
 def eps_greedy_kernel(q, n_branch, branch_size, branch_off, eps_arr, k0, k1, step_arr, actions, joint, N):
     """q: [N, A]; eps_arr: float32 [1]; actions: out int32 [N, n_branch]; joint: out int32 [N]."""
+    grid_wait()
     i = cuda.grid(1)
     if i >= N:
         return
@@ -42,6 +43,7 @@ def eps_greedy_kernel(q, n_branch, branch_size, branch_off, eps_arr, k0, k1, ste
 def q_stats_kernel(q, N, A, branch_size, branch_off, n_branch, out):
     """One block (power-of-two threads). out: float32 [4] = mean Q, max Q, min Q, mean over rows and
     branches of max_a Q (the greedy value)."""
+    grid_wait()
     s_sum = cuda.shared.array(1024, float32)
     s_max = cuda.shared.array(1024, float32)
     s_min = cuda.shared.array(1024, float32)

@@ -12,12 +12,13 @@ from __future__ import annotations
 import numpy as np
 
 from .env import step_bar_cpu, step_bar_dev
-from .nb import cached_njit, cuda, device_function, float32, float64, int8, int32, int64, kernel, void
+from .nb import cached_njit, cuda, device_function, float32, float64, int8, int32, int64, kernel, void, grid_wait
 
 
 @kernel(void(float32[:, ::1], int64, int64, int64, float32[:, ::1]))
 def enumerate_positions_kernel(features, T, F, P, obs):
     """features: float32 [T, F]; obs: out float32 [T * P, F + P], row t * P + p = features[t] ++ onehot(p)."""
+    grid_wait()
     for e in range(cuda.grid(1), T * P * (F + P), cuda.gridsize(1)):
         row, col = e // (F + P), e % (F + P)
         t, p = row // P, row % P
@@ -59,6 +60,7 @@ def greedy_backtest_kernel(open_, high, low, close, roll, greedy, starts, stops,
     starts/stops: int64 [n_ranges] bar ranges; position (int32) and pnl (float64 USD): out [T],
     written inside each range (position held over bar t, net PnL of bar t; 0 at each range's first bar;
     the position is liquidated at the close of a range's last bar, where 0 is written)."""
+    grid_wait()
     r = cuda.grid(1)
     if r >= n_ranges:
         return

@@ -21,7 +21,7 @@ import math
 import numpy as np
 
 from .nb import SIMULATOR, WARP, cuda, device_function, float32, float64, int32, int64, kernel, void, warp_max, warp_sum
-from .nb import U
+from .nb import U, grid_wait
 
 MAX_ATOMS = 128
 MAX_BRANCHES = 4
@@ -44,7 +44,7 @@ def head_launch(B: int, atoms: int, n_branch: int) -> tuple[int, tuple[int, int]
 
 
 def loss_launch(B: int, atoms: int, n_branch: int) -> tuple[int, tuple[int, int]]:
-    """(grid, block) of ``c51_loss_kernel``: one block per sample, a warp per branch (each branch has its own
+    """(grid, block) of ``c51_head_loss_kernel``: one block per sample, a warp per branch (each branch has its own
     row of the kernel's shared arrays: at most MAX_BRANCHES; in the simulator a row of only as many lanes
     as the tree's width needs, as ``head_launch``)."""
     if not 1 <= n_branch <= MAX_BRANCHES or atoms > MAX_ATOMS:
@@ -85,6 +85,58 @@ def _advantage_mean(hrow, head_bias, z, atoms, off, nA):
     return total * (float32(1.0) / float32(nA))
 
 
+@device_function
+def _row_setup(hrow, head_bias, lane, width, k, atoms, off, nA, v, mean):
+    """The row's value stream (with its bias) and the branch's advantage mean at the lane's atoms."""
+    for j in range(HEAD_SLOTS):
+        if j >= k:
+            break
+        z = lane + width * j
+        valid = z < atoms
+        v[j] = hrow[U(z)] + head_bias[U(z)] if valid else float32(0.0)
+        mean[j] = _advantage_mean(hrow, head_bias, z, atoms, off, nA) if valid else float32(0.0)
+
+
+@device_function
+def _action_lse(hrow, head_bias, lane, width, k, atoms, off, a, live, v, mean, logit, t):
+    """Action a's logits at the lane's atoms into ``logit`` (-3.4e38 past the atoms and for an action past
+    the branch's, ``live`` false) and their log-sum-exp over the atoms (0 when not ``live``); ``t``:
+    scratch. Every lane of the warp calls it."""
+    for j in range(HEAD_SLOTS):
+        if j >= k:
+            break
+        z = lane + width * j
+        c = atoms * (1 + off + a) + z
+        logit[j] = v[j] + (hrow[U(c)] + head_bias[U(c)]) - mean[j] if z < atoms and live else float32(-3.4e38)
+        t[j] = logit[j]
+    mx = warp_max(_fold(t, k, 1))
+    for j in range(HEAD_SLOTS):
+        if j >= k:
+            break
+        z = lane + width * j
+        t[j] = float32(0.0)
+        if z < atoms and live:
+            t[j] = math.exp(logit[j] - mx)
+    total = warp_sum(_fold(t, k, 0))  # called when not live too: every warp makes the same calls (the simulator's
+    return mx + math.log(total) if live else float32(0.0)  # stand-in holds block barriers, one per call)
+
+
+@device_function
+def _action_logp_q(logit, lse, support, lane, width, k, atoms, live, t):
+    """The action's log-probabilities (``logit - lse``, written over ``logit`` at the lane's atoms) and its Q,
+    the expectation over the support (returned to every lane)."""
+    for j in range(HEAD_SLOTS):
+        if j >= k:
+            break
+        z = lane + width * j
+        t[j] = float32(0.0)
+        if z < atoms and live:
+            lp = logit[j] - lse
+            logit[j] = lp
+            t[j] = math.exp(lp) * support[U(z)]
+    return warp_sum(_fold(t, k, 0))
+
+
 # The head is bound by occupancy (with no cap ptxas gives it 72-80 registers a thread and it takes as long
 # per agent with 16 agents at once as alone). Capped at 40 it spills nothing and ran, on the H200
 # (bench/kernel_probe.py), 2048 rows 18.8 -> 14.4 us alone and 17.7 -> 11.1 us per agent with 16 agents.
@@ -106,6 +158,7 @@ def dueling_head_kernel(head, head_bias, B, n_branch, branch_size, branch_off, a
     no block barrier (deterministic). Float32 throughout (logits, max, exponentials, logarithm): the
     logits are float32 GEMM outputs, and float64 here cost registers, so occupancy, for nothing the
     loss can see (float32 vs float64 outputs differed by about 2e-6 on the H200)."""
+    grid_wait()
     b = cuda.blockIdx.x
     if b >= B:
         return
@@ -120,41 +173,17 @@ def dueling_head_kernel(head, head_bias, B, n_branch, branch_size, branch_off, a
     mean = cuda.local.array(HEAD_SLOTS, float32)
     logit = cuda.local.array(HEAD_SLOTS, float32)
     t = cuda.local.array(HEAD_SLOTS, float32)
-    for j in range(HEAD_SLOTS):
-        if j >= k:
-            break
-        z = lane + width * j
-        valid = z < atoms
-        v[j] = hrow[U(z)] + head_bias[U(z)] if valid else float32(0.0)
-        mean[j] = _advantage_mean(hrow, head_bias, z, atoms, off, nA) if valid else float32(0.0)
+    _row_setup(hrow, head_bias, lane, width, k, atoms, off, nA, v, mean)
     for a in range(max_actions):  # the same trip count in every warp (the simulator's stand-in has barriers)
         live = a < nA
+        lse = _action_lse(hrow, head_bias, lane, width, k, atoms, off, a, live, v, mean, logit, t)
+        qa = _action_logp_q(logit, lse, support, lane, width, k, atoms, live, t)
         for j in range(HEAD_SLOTS):
             if j >= k:
                 break
             z = lane + width * j
-            c = atoms * (1 + off + a) + z
-            logit[j] = v[j] + (hrow[U(c)] + head_bias[U(c)]) - mean[j] if z < atoms and live else float32(-3.4e38)
-            t[j] = logit[j]
-        mx = warp_max(_fold(t, k, 1))
-        for j in range(HEAD_SLOTS):
-            if j >= k:
-                break
-            z = lane + width * j
-            t[j] = float32(0.0)
             if z < atoms and live:
-                t[j] = math.exp(logit[j] - mx)
-        lse = mx + math.log(warp_sum(_fold(t, k, 0))) if live else float32(0.0)
-        for j in range(HEAD_SLOTS):
-            if j >= k:
-                break
-            z = lane + width * j
-            t[j] = float32(0.0)
-            if z < atoms and live:
-                lp = logit[j] - lse
-                lrow[U(off + a), U(z)] = lp
-                t[j] = math.exp(lp) * support[U(z)]
-        qa = warp_sum(_fold(t, k, 0))
+                lrow[U(off + a), U(z)] = logit[j]
         if lane == 0 and live:
             q[b, off + a] = qa
 
@@ -195,24 +224,32 @@ def _source_mass(lo_j, hi_j, b_j, p_j, br, z, atoms):
     return m
 
 
-@kernel(void(float32[:, :, ::1], float32[:, ::1], float32[:, :, ::1], int32[:, ::1], float32[::1], float32[::1],
-               float32, float32, float32, int64, float32[::1], int64, int32[::1], int32[::1], float32,
-               float32[:, ::1], float32[::1], int64))
-def c51_loss_kernel(logp, q_next, logp_next_target, actions, reward, done, gamma_n, v_min, v_max, atoms, is_w,
-                    n_branch, branch_size, branch_off, grad_scale, dhead, loss_out, B):
-    """Block per sample, warp per branch (``loss_launch``): the branches side by side, lane l holding atoms
-    l, l + 32, ... of its branch (``_slots``: k of them). dhead: out [B, atoms*(1+A)] (every column
-    written once, the padding columns zero); loss_out: out [B].
+@kernel(void(float32[:, ::1], float32[::1], float32[:, ::1], float32[::1], int32[:, ::1], float32[::1], float32[::1],
+             float32, float32, float32, int64, float32[::1], int64, int32[::1], int32[::1], int64, float32[::1], float32,
+             float32[:, ::1], float32[:, ::1], float32[::1], int64))
+def c51_head_loss_kernel(head, head_bias, head_t, head_bias_t, actions, reward, done, gamma_n, v_min, v_max, atoms,
+                         is_w, n_branch, branch_size, branch_off, max_actions, support, grad_scale, q, dhead, loss_out,
+                         B):
+    """The dueling heads of an update and its loss in one launch. head: [2B, atoms*(1+A)], the online
+    network's head GEMM output before its bias (rows [0, B) of s, [B, 2B) of s'); head_t: [B, ...], the
+    target network's of s'; head_bias, head_bias_t: their biases. q: out [B, A], the online Q of s (the
+    guard's |Q|); dhead: out [B, atoms*(1+A)] (every column written once, the padding columns zero);
+    loss_out: out [B].
 
-    Each lane first places its source atoms j on the support (shared rows, one per branch) and, before
-    the block's one barrier, issues its other loads (the taken action's log-probabilities); then for each
-    of its atoms z the projected target mass (``_source_mass``: no float atomics), the cross-entropy
-    share and the gradient of atom z's column of each of the branch's actions. The branch's
-    cross-entropy is a tree over the tree's width in a fixed order (the lane's own atoms, ``_fold``, then
-    warp shuffles): the additions of a shared-memory tree, in its order, with no block barrier. After the
-    second barrier the first branch's warp writes the value stream's columns (the branches' gradients
-    summed in branch order) and the loss (the branches' cross-entropies), as a loop over the branches
-    would. Two block barriers in all."""
+    Block per sample, warp per branch (``loss_launch``): the branches side by side, lane l holding atoms
+    l, l + 32, ... of its branch (``_slots``: k of them). Each warp computes what ``dueling_head_kernel``
+    would of its sample's three rows, with the same device functions in the same order (so the same
+    bits), but only what the loss reads: the online Q of s' (the next action, argmax), the online Q of s
+    and the taken action's log-probabilities, the target's distribution of the next action alone. Then
+    it places its source atoms j on the support (shared rows, one per branch) before the block's first
+    barrier, and for each of its atoms z the projected target mass (``_source_mass``: no float atomics),
+    the cross-entropy share and the gradient of atom z's column of each of the branch's actions. The
+    branch's cross-entropy is a tree over the tree's width in a fixed order (the lane's own atoms,
+    ``_fold``, then warp shuffles): the additions of a shared-memory tree, in its order, with no block
+    barrier. After the second barrier the first branch's warp writes the value stream's columns (the
+    branches' gradients summed in branch order) and the loss (the branches' cross-entropies), as a loop
+    over the branches would. Two block barriers in all."""
+    grid_wait()
     b = cuda.blockIdx.x
     if b >= B:
         return
@@ -228,23 +265,41 @@ def c51_loss_kernel(logp, q_next, logp_next_target, actions, reward, done, gamma
     p_j = cuda.shared.array(RED_SHAPE, float32)
     lp = cuda.local.array(HEAD_SLOTS, float32)
     t = cuda.local.array(HEAD_SLOTS, float32)
+    v = cuda.local.array(HEAD_SLOTS, float32)
+    mean = cuda.local.array(HEAD_SLOTS, float32)
+    logit = cuda.local.array(HEAD_SLOTS, float32)
+    nA, off = branch_size[U(br)], branch_off[U(br)]
+    at = min(max(actions[U(b), U(br)], 0), nA - 1)
+    hrow = head[U(B + b)]  # s' (online): the next action, the first of the largest Q
+    _row_setup(hrow, head_bias, lane, width, k, atoms, off, nA, v, mean)
+    best, best_q = 0, float32(0.0)
+    for a in range(max_actions):  # the same trip count in every warp (the simulator's stand-in has barriers)
+        live = a < nA
+        lse = _action_lse(hrow, head_bias, lane, width, k, atoms, off, a, live, v, mean, logit, t)
+        qa = _action_logp_q(logit, lse, support, lane, width, k, atoms, live, t)
+        if live and (a == 0 or qa > best_q):
+            best, best_q = a, qa
+    hrow = head[U(b)]  # s (online): every action's Q, the taken action's log-probabilities
+    _row_setup(hrow, head_bias, lane, width, k, atoms, off, nA, v, mean)
+    for a in range(max_actions):
+        live = a < nA
+        lse = _action_lse(hrow, head_bias, lane, width, k, atoms, off, a, live, v, mean, logit, t)
+        qa = _action_logp_q(logit, lse, support, lane, width, k, atoms, live, t)
+        if a == at:
+            for i in range(HEAD_SLOTS):
+                if i >= k:
+                    break
+                lp[i] = logit[i] if lane + width * i < atoms else float32(0.0)
+        if lane == 0 and live:
+            q[U(b), U(off + a)] = qa
+    hrow = head_t[U(b)]  # s' (target): the next action's log-probabilities
+    _row_setup(hrow, head_bias_t, lane, width, k, atoms, off, nA, v, mean)
+    lse = _action_lse(hrow, head_bias_t, lane, width, k, atoms, off, best, True, v, mean, logit, t)
     dz = (v_max - v_min) / (atoms - 1)
     w = is_w[U(b)]
     r = reward[U(b)]
     keep = float32(1.0) - done[U(b)]
-    nA, off = branch_size[U(br)], branch_off[U(br)]
-    at = min(max(actions[U(b), U(br)], 0), nA - 1)
-    qrow = q_next[U(b)]  # the sample's rows: one index fewer from here on
-    drow = dhead[U(b)]
-    for i in range(HEAD_SLOTS):
-        if i >= k:
-            break
-        z = lane + width * i
-        lp[i] = logp[U(b), U(off + at), U(z)] if z < atoms else float32(0.0)
-    best, best_q = 0, qrow[U(off)]
-    for a in range(1, nA):
-        if qrow[U(off + a)] > best_q:
-            best, best_q = a, qrow[U(off + a)]
+    drow = dhead[U(b)]  # the sample's row: one index fewer from here on
     for i in range(HEAD_SLOTS):
         if i >= k:
             break
@@ -255,7 +310,7 @@ def c51_loss_kernel(logp, q_next, logp_next_target, actions, reward, done, gamma
             lo_j[U(br), U(j)] = min(max(int32(math.floor(bj)), 0), atoms - 1)
             hi_j[U(br), U(j)] = min(max(int32(math.ceil(bj)), 0), atoms - 1)
             b_j[U(br), U(j)] = bj
-            p_j[U(br), U(j)] = math.exp(logp_next_target[U(b), U(off + best), U(j)])
+            p_j[U(br), U(j)] = math.exp(logit[i] - lse)  # the value dueling_head_kernel stores, exponentiated
     cuda.syncthreads()
     for i in range(HEAD_SLOTS):
         if i >= k:
@@ -281,10 +336,10 @@ def c51_loss_kernel(logp, q_next, logp_next_target, actions, reward, done, gamma
                 break
             z = lane + width * i
             if z < atoms:
-                v = float32(0.0)
+                vz = float32(0.0)
                 for c in range(n_branch):
-                    v = float32(v + sg[U(c), U(z)])
-                drow[U(z)] = v
+                    vz = float32(vz + sg[U(c), U(z)])
+                drow[U(z)] = vz
         if lane == 0:
             loss = float32(0.0)
             for c in range(n_branch):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from .nb import cuda, kernel, float32, int32, int64, last_to_arrive, void
-from .nb import U
+from .nb import U, grid_wait
 
 BM, BN, BK, TM, TN = 64, 64, 16, 4, 4
 THREADS = (16, 16)
@@ -21,6 +21,7 @@ ACT_IDENTITY, ACT_RELU = 0, 1
 @kernel(void(float32[:, ::1], float32[:, ::1], float32[:, ::1], int64, int64, int64, int32, int32, float32, float32))
 def gemm_kernel(A, B, C, M, N, K, trans_a, trans_b, alpha, beta):
     """A: [M, K] (or [K, M] if trans_a); B: [K, N] (or [N, K] if trans_b); C: [M, N]. Grid (ceil(N/64), ceil(M/64))."""
+    grid_wait()
     As = cuda.shared.array((BK, BM), float32)
     Bs = cuda.shared.array((BK, BN), float32)
     tx = cuda.threadIdx.x
@@ -85,6 +86,7 @@ def gemm_grid(M: int, N: int) -> tuple[int, int]:
 def bias_act_kernel(Y, bias, M, N, act):
     """In place: Y[i, j] = act(Y[i, j] + bias[j]); act 0 = identity, 1 = ReLU. 2-D grid
     (``bias_act_launch``): x over columns, y strided over rows, so no per-element index division."""
+    grid_wait()
     j = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
     if j >= N:
         return
@@ -122,6 +124,7 @@ def bias_act_backward_kernel(dY, Y, dbias, M, N, act, partial, arrivals):
     128-byte rows (narrower tiles made 16 agents at once twice as slow).
     ``partial``: [gridDim.y, >= N] scratch; ``arrivals``: [>= gridDim.x] zeros before the first launch
     (:func:`cuda_kernels.nb.last_to_arrive`)."""
+    grid_wait()
     s = cuda.shared.array(BWD_SMEM, float32)
     last = cuda.shared.array(1, int32)
     tx = cuda.threadIdx.x

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .nb import cached_njit, cuda, device_function, float32, float64, int8, int32, int64, kernel, void
+from .nb import cached_njit, cuda, device_function, float32, float64, int8, int32, int64, kernel, void, grid_wait
 
 EXEC_MARKET, EXEC_PASSIVE, EXEC_KEEP = 0, 1, 2
 
@@ -145,6 +145,7 @@ def env_step_kernel(open_, high, low, close, roll, t_arr, end_arr, pos_arr, acti
                     reward_scale, reward, done, pnl_out, N):
     """One step of N envs. t_arr, end_arr: int64 [N]; pos_arr: int32 [N]; actions: int32 [N, 3];
     reward, done: out float32 [N]; pnl_out: out float64 [N] (USD)."""
+    grid_wait()
     e = cuda.grid(1)
     if e >= N:
         return

@@ -26,6 +26,9 @@ extern "C" __device__ __cudart_builtin__ void cudaGraphSetConditional(cudaGraphC
 
 extern "C" __global__ void loop_next(cudaGraphConditionalHandle handle, int* count, int n, const int* guard)
 {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");  // a programmatic edge may launch it early
+#endif
     int done = count[0] + 1;
     bool more = done < n && guard[0] == 0;
     count[0] = more ? done : 0;

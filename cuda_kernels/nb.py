@@ -230,6 +230,45 @@ else:
         return cuda.ffs(m) - 1 if m != 0 else WARP
 
 
+# ---- programmatic dependent launch (Hopper's griddepcontrol) ----
+# A graph edge between two kernel nodes may be made programmatic (workbench.device, ``pdl_edges``): the
+# downstream kernel is then launched while the upstream one is still running, its blocks scheduled
+# early, and it must not touch memory before ``grid_wait()`` returns. Every kernel of this package calls
+# it first (ptx_check refuses one that does not), so every edge into one of them may be made so.
+if SIMULATOR:
+    @device_function
+    def grid_wait():
+        """The simulator runs launches one after another: nothing to wait for."""
+        return
+
+else:
+    from llvmlite import ir as _ir
+    from numba import types as _types
+    from numba.cuda.core import targetconfig as _targetconfig
+    from numba.cuda.extending import intrinsic as _intrinsic
+
+    def _compute_capability() -> tuple[int, int]:
+        try:
+            return tuple(_targetconfig.ConfigStack().top().compute_capability)
+        except Exception:  # no compile flags in force: assume a part without griddepcontrol
+            return (0, 0)
+
+    @_intrinsic
+    def grid_wait(typingctx):
+        """Wait until the grids this one depends on programmatically have finished and their writes are
+        visible (PTX ``griddepcontrol.wait``; sm_90 and later, nothing on older parts and a no-op in a
+        launch with no programmatic dependency). Every thread calls it before its first memory access."""
+
+        def codegen(context, builder, sig, args):
+            if _compute_capability() >= (9, 0):
+                wait = _ir.InlineAsm(_ir.FunctionType(_ir.VoidType(), []), "griddepcontrol.wait;", "~{memory}",
+                                     side_effect=True)
+                builder.call(wait, [])
+            return context.get_dummy_value()
+
+        return _types.void(), codegen
+
+
 @device_function
 def warp_sum(v):
     """Sum of ``v`` over the warp's lanes, returned to every lane, in the tree order of ``_warp_tree``."""

@@ -13,7 +13,7 @@ import math
 import numpy as np
 
 from .nb import (WARP, cuda, float32, float64, fold_to_warp, int32, int64, kernel, last_to_arrive, void, warp_max,
-                 U, warp_sum, warp_sum64)
+                 U, grid_wait, warp_sum, warp_sum64)
 
 NORM_BLOCKS = 256
 
@@ -35,6 +35,7 @@ def grad_norm_guard_kernel(g, n, partials, arrivals, max_norm, clip, loss, is_w,
     rest in the first warp's shuffles (``fold_to_warp``), the additions of a shared-memory tree in its
     order with half its barriers. The last block loads the partial sums, the loss and |Q| together and
     runs their three trees side by side (one barrier a level for all three)."""
+    grid_wait()
     s = cuda.shared.array(1024, float64)
     s_l = cuda.shared.array(1024, float32)
     s_q = cuda.shared.array(1024, float32)
@@ -98,6 +99,7 @@ def grad_norm_guard_kernel(g, n, partials, arrivals, max_norm, clip, loss, is_w,
 
 @kernel(void(int64[::1]))
 def step_increment_kernel(step_arr):
+    grid_wait()
     if cuda.grid(1) == 0:
         step_arr[0] += 1
 
@@ -113,6 +115,7 @@ def adam_kernel(p, g, m, v, n, lr_arr, beta1, beta2, eps, weight_decay, step_arr
     ``(1 - tau) * target + tau * p`` with p the float32 weight just written (what a separate EMA pass
     after Adam reads), one pass over the weights instead of two. The square root is ``math.sqrt``
     (``sqrt.rn.f64``, correctly rounded): ``** 0.5`` compiled to a float64 ``pow`` call per element."""
+    grid_wait()
     if guard[0] != 0:
         return
     bc = cuda.shared.array(2, float64)
@@ -140,6 +143,7 @@ def adam_kernel(p, g, m, v, n, lr_arr, beta1, beta2, eps, weight_decay, step_arr
 
 @kernel(void(float32[::1], float32))
 def fill_kernel(arr, value):
+    grid_wait()
     for i in range(cuda.grid(1), arr.shape[0], cuda.gridsize(1)):
         arr[i] = value
 

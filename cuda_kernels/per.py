@@ -19,6 +19,7 @@ import numpy as np
 
 from .nb import (VOTE, cuda, device_function, first_lane, float32, float64, fold_to_warp, int32, int64, kernel,
                  last_to_arrive, uint32, void, warp_max)
+from .nb import U, grid_wait
 from .philox import uniform4_dev
 from .scan import SUB, prefix_dev, sub_base_dev
 
@@ -55,76 +56,92 @@ def _first_above(level, lo, hi, span, base, thr, lane, lanes, levels):
         idx = min(lo + (lane + 1) * step, lo + span) - 1  # the last lane's chunk ends where the span does
         hit = idx >= hi
         if not hit:
-            hit = base + level[idx] > thr
+            hit = base + level[U(idx)] > thr
         f = first_lane(hit)
         lo += f * step
         span = step
     return lo
 
 
-@kernel(void(float32[::1], float64[::1], float64[::1], int64, int64[::1], int64, float32, uint32, uint32, int64[::1],
-             int32[::1], int64[::1], float32[::1], int32[::1]))
-def per_sample_kernel(prio, sub, tiles, subs_per_tile, size_arr, batch, beta, k0, k1, step_arr, guard, out_idx, out_w,
-                      arrivals):
-    """prio: float32 [capacity], zero past the fill; sub, tiles: its scan's upper levels
-    (:func:`cuda_kernels.scan.launch_scan`, ``subs_per_tile``); size_arr: int64 [1]; step_arr: int64 [1],
-    the update counter, advanced by one here unless ``guard[0]`` (int32 [1], the training guard) is set
-    (after a trip an update changes nothing that lasts): the draw uses the advanced value, and the last
-    block to finish stores it; out_idx: int64 [batch]; out_w: float32 [batch], the importance weights
-    divided by the batch's largest by that last block (``arrivals``: int32 [1],
-    :func:`cuda_kernels.nb.last_to_arrive`). Launch: ``sample_launch``.
+@device_function
+def draw_dev(prio, sub, tiles, subs_per_tile, n, batch, beta, k0, k1, step, i, lane, lanes):
+    """Sample i's replay slot (int64) and importance weight (float32, before its division by the batch's
+    largest), found by the ``lanes`` lanes of its warp together and returned to each of them; (0, 0) when
+    the ring is empty (``n`` <= 0). Every lane of the block calls it (``first_lane`` votes); lanes of a
+    sample past the batch search too and their results are not used.
 
-    A warp per sample (every lane computes the sample's threshold; the first lane writes). It looks for
-    the first slot whose prefix sum exceeds its threshold level by level: the first tile whose scanned
+    The sample's threshold is ``(i + u) * total / batch`` (u from Philox at counter (i, step, TAG_PER)).
+    It looks for the first slot whose prefix sum exceeds it level by level: the first tile whose scanned
     total does, then the first sub-tile of that tile whose prefix does (``_first_above``: 32-ary
     searches, two levels each at the reference replay, one load a lane a level, where the binary
     searches made eight and seven dependent loads), then the sub-tile's 32 priorities added left to
-    right (loaded together). Where rounding makes two levels disagree by an ulp at a boundary, the last
+    right (loaded together; every lane adds them: the same instructions for the warp as one lane, and
+    every lane has the slot). Where rounding makes two levels disagree by an ulp at a boundary, the last
     candidate of the level below is taken; the weight is that slot's own priority."""
-    s = cuda.shared.array(1024, float32)
-    last = cuda.shared.array(1, int32)
-    vals = cuda.local.array(SUB, float32)
-    lanes = VOTE
-    g = cuda.grid(1)
-    lane = g % lanes
-    i = g // lanes
-    live = i < batch
-    n = size_arr[0]
-    step = step_arr[0] + (1 if guard[0] == 0 else 0)  # every block reads it before the last one stores it
     if n <= 0:
-        if live and lane == 0:
-            out_idx[i] = 0
-            out_w[i] = 0.0
-    else:
-        total = prefix_dev(prio, sub, tiles, subs_per_tile, n - 1)
-        u, _a, _b, _c = uniform4_dev(i, step, TAG_PER, k0, k1)  # lanes past the batch search, write nothing
-        thr = (float64(i) + float64(u)) * total / float64(batch)
-        last_sub = (n - 1) // SUB
-        n_tile = last_sub // subs_per_tile + 1
-        t = _first_above(tiles, 0, n_tile - 1, n_tile, 0.0, thr, lane, lanes, _levels(n_tile, lanes))
-        base = tiles[t - 1] if t > 0 else 0.0
-        lo = t * subs_per_tile
-        si = _first_above(sub, lo, min(lo + subs_per_tile - 1, last_sub), subs_per_tile, base, thr, lane, lanes,
-                          _levels(subs_per_tile, lanes))
-        if live and lane == 0:
-            first = si * SUB
-            for k in range(SUB):  # the sub-tile's priorities, loaded before they are added
-                vals[k] = prio[first + k] if first + k < n else float32(0.0)
-            run = sub_base_dev(sub, tiles, subs_per_tile, si)
-            j = min(first + SUB, n) - 1
-            found = False
-            for k in range(SUB):
-                run += float64(vals[k])
-                if not found and run > thr and first + k < n:
-                    j = first + k
-                    found = True
-            p = float64(prio[j])
-            out_idx[i] = j
-            out_w[i] = float32((float64(n) * p / total) ** (-float64(beta))) if p > 0 else float32(0.0)
+        return int64(0), float32(0.0)
+    vals = cuda.local.array(SUB, float32)
+    total = prefix_dev(prio, sub, tiles, subs_per_tile, n - 1)
+    u, _a, _b, _c = uniform4_dev(i, step, TAG_PER, k0, k1)
+    thr = (float64(i) + float64(u)) * total / float64(batch)
+    last_sub = (n - 1) // SUB
+    n_tile = last_sub // subs_per_tile + 1
+    t = _first_above(tiles, 0, n_tile - 1, n_tile, 0.0, thr, lane, lanes, _levels(n_tile, lanes))
+    base = tiles[U(t - 1)] if t > 0 else 0.0
+    lo = t * subs_per_tile
+    si = _first_above(sub, lo, min(lo + subs_per_tile - 1, last_sub), subs_per_tile, base, thr, lane, lanes,
+                      _levels(subs_per_tile, lanes))
+    first = si * SUB
+    for k in range(SUB):  # the sub-tile's priorities, loaded before they are added
+        vals[k] = prio[U(first + k)] if first + k < n else float32(0.0)
+    run = sub_base_dev(sub, tiles, subs_per_tile, si)
+    j = min(first + SUB, n) - 1
+    found = False
+    for k in range(SUB):
+        run += float64(vals[k])
+        if not found and run > thr and first + k < n:
+            j = first + k
+            found = True
+    p = float64(prio[U(j)])
+    return j, float32((float64(n) * p / total) ** (-float64(beta))) if p > 0 else float32(0.0)
+
+
+@device_function
+def finish_draw_dev(step_arr, step, out_w, batch, arrivals, s, last):
+    """The draw's last block to finish (``arrivals``: int32 [1], :func:`cuda_kernels.nb.last_to_arrive`)
+    stores the advanced update counter and divides the weights by their largest (``s``: float32 [>=
+    blockDim] shared, ``last``: int32 [1] shared). Every thread of every block calls it."""
     if last_to_arrive(arrivals, 0, cuda.gridDim.x, last):
         if cuda.threadIdx.x == 0:
             step_arr[0] = step
         _normalize_dev(out_w, batch, s, cuda.threadIdx.x, cuda.blockDim.x)
+
+
+@kernel(void(float32[::1], float64[::1], float64[::1], int64, int64[::1], int64, float32, uint32, uint32, int64[::1],
+             int32[::1], int64[::1], float32[::1], int32[::1]))
+def per_sample_kernel(prio, sub, tiles, subs_per_tile, size_arr, batch, beta, k0, k1, step_arr, guard, out_idx, out_w,
+                      arrivals):
+    """The PER draw: a warp per sample (``draw_dev``), launched by ``sample_launch``.
+
+    prio: float32 [capacity], zero past the fill; sub, tiles: its scan's upper levels
+    (:func:`cuda_kernels.scan.launch_scan`, ``subs_per_tile``); size_arr: int64 [1]; step_arr: int64 [1],
+    the update counter, advanced by one here unless ``guard[0]`` (int32 [1], the training guard) is set
+    (after a trip an update changes nothing that lasts): the draw uses the advanced value, and the last
+    block to finish stores it; out_idx: int64 [batch]; out_w: float32 [batch], the importance weights
+    divided by the batch's largest by that last block (``finish_draw_dev``). The trainer draws with
+    :func:`cuda_kernels.rollout.draw_batch_kernel`, which also gathers the batch."""
+    grid_wait()
+    s = cuda.shared.array(1024, float32)
+    last = cuda.shared.array(1, int32)
+    g = cuda.grid(1)
+    lane = g % VOTE
+    i = g // VOTE
+    step = step_arr[0] + (1 if guard[0] == 0 else 0)  # every block reads it before the last one stores it
+    j, w = draw_dev(prio, sub, tiles, subs_per_tile, size_arr[0], batch, beta, k0, k1, step, i, lane, VOTE)
+    if i < batch and lane == 0:
+        out_idx[i] = j
+        out_w[i] = w
+    finish_draw_dev(step_arr, step, out_w, batch, arrivals, s, last)
 
 
 @device_function
@@ -157,6 +174,7 @@ def priority_update_kernel(prio, idx, td, owner, batch, capacity, alpha, eps, ma
     or an earlier one of the epoch: nothing is written, as on the CPU backend) or its loss is not
     finite (it must never poison the priorities). Release: the slots' owners back to -1.
     prio: float32 [capacity]; td: float32 [batch] (loss or |TD error|); owner: int32 [capacity]."""
+    grid_wait()
     tid = cuda.threadIdx.x
     nt = cuda.blockDim.x
     for i in range(tid, batch, nt):
@@ -184,6 +202,7 @@ def priority_update_kernel(prio, idx, td, owner, batch, capacity, alpha, eps, ma
                int64[::1], int64[::1], int64, int64))
 def replay_insert_kernel(int_store, float_store, int_new, float_new, prio, max_prio, ptr_arr, size_arr, n_new, capacity):
     """Write n_new transitions at the ring position ``ptr_arr[0]``; each gets the current max priority."""
+    grid_wait()
     j = cuda.grid(1)
     if j >= n_new:
         return
@@ -198,6 +217,7 @@ def replay_insert_kernel(int_store, float_store, int_new, float_new, prio, max_p
 @kernel(void(int64[::1], int64[::1], int64, int64))
 def replay_advance_kernel(ptr_arr, size_arr, n_new, capacity):
     """One thread, launched after the insert: move the write pointer and grow the fill count."""
+    grid_wait()
     if cuda.grid(1) == 0:
         ptr_arr[0] = (ptr_arr[0] + n_new) % capacity
         size_arr[0] = min(size_arr[0] + n_new, capacity)

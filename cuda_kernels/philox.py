@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .nb import cuda, device_function, kernel, float32, uint32, uint64, void
+from .nb import cuda, device_function, kernel, float32, uint32, uint64, void, grid_wait
 
 M0, M1 = 0xD2511F53, 0xCD9E8D57
 W0, W1 = 0x9E3779B9, 0xBB67AE85
@@ -48,6 +48,7 @@ def uniform4_dev(index, step, tag, k0, k1):
 @kernel(void(float32[::1], uint32, uint32, uint32, uint32, uint32))
 def philox_uniform_kernel(out, step, tag, k0, k1, n_groups):
     """out: float32 [4 * n_groups], C-contiguous; group g holds the four uniforms of counter (g, step, tag, 0)."""
+    grid_wait()
     start = cuda.grid(1)
     stride = cuda.gridsize(1)
     for g in range(start, n_groups, stride):
@@ -61,6 +62,7 @@ def philox_uniform_kernel(out, step, tag, k0, k1, n_groups):
 @kernel(void(uint32[:, ::1], uint32[:, ::1], uint32[:, ::1]))
 def philox_words_kernel(counters, keys, out):
     """counters: uint32 [n, 4]; keys: uint32 [n, 2]; out: uint32 [n, 4] (known-answer tests)."""
+    grid_wait()
     i = cuda.grid(1)
     if i >= counters.shape[0]:
         return

@@ -30,12 +30,17 @@ def main() -> int:
     for mod in pkgutil.iter_modules(cuda_kernels.__path__):
         if mod.name not in ("nb", "ptx_check"):
             importlib.import_module(f"cuda_kernels.{mod.name}")
+    from workbench.graph_edges import OUR_PREFIX
+
     failures = 0
     for k in KERNELS:
         t0 = time.perf_counter()
         try:
             ptx = k.compile_ptx((9, 0))
             assert ".target sm_90" in ptx
+            # graph edges into our kernels may be programmatic (workbench.device): each must wait first
+            assert "griddepcontrol.wait" in ptx, "no grid_wait(): a programmatic edge would race it"
+            assert f".entry {OUR_PREFIX}" in ptx, f"its name does not start with {OUR_PREFIX} (workbench.graph_edges)"
             print(f"ok   {k.py_func.__module__}.{k.__name__} ({len(ptx)} bytes, {time.perf_counter() - t0:.1f}s)")
         except Exception as exc:  # report every failing kernel, then fail
             failures += 1
@@ -44,7 +49,7 @@ def main() -> int:
 
     try:  # the graph-loop condition kernel is CUDA C++ (NVRTC), not Numba
         ptx = compile_loop_kernel((9, 0), target="ptx").decode(errors="replace")
-        assert ".target sm_90" in ptx and f".entry {LOOP_KERNEL}" in ptx
+        assert ".target sm_90" in ptx and f".entry {LOOP_KERNEL}" in ptx and "griddepcontrol.wait" in ptx
         print(f"ok   cuda_kernels.graph_loop.{LOOP_KERNEL} (NVRTC, {len(ptx)} bytes)")
     except Exception as exc:
         failures += 1

@@ -12,7 +12,9 @@ import math
 
 import numpy as np
 
-from .nb import cuda, float32, float64, int32, int64, uint32, void, kernel
+from .nb import VOTE, cuda, device_function, float32, float64, int32, int64, uint32, void, kernel
+from .nb import U, grid_wait
+from .per import draw_dev, finish_draw_dev
 from .philox import uniform4_dev, uniforms4_ref
 
 TAG_RESET = 0x5253
@@ -22,6 +24,7 @@ N_INT, N_FLOAT = 7, 2
 @kernel(void(float32[:, ::1], int64[::1], int32[::1], int64, int64, int64, float32[:, ::1]))
 def env_obs_kernel(features, t_arr, pos_arr, N, F, max_pos, obs):
     """obs: out [N, F + 2 * max_pos + 1] for envs at bars t_arr with positions pos_arr."""
+    grid_wait()
     P = 2 * max_pos + 1
     for e in range(cuda.grid(1), N * (F + P), cuda.gridsize(1)):
         i, c = e // (F + P), e % (F + P)
@@ -31,37 +34,54 @@ def env_obs_kernel(features, t_arr, pos_arr, N, F, max_pos, obs):
             obs[i, c] = 1.0 if c - F == min(max(pos_arr[i] + max_pos, 0), P - 1) else 0.0
 
 
-@kernel(void(float32[:, ::1], int32[:, ::1], int64[::1], int64, int64, int64, int64, float32[:, ::1]))
-def gather_obs_kernel(features, int_store, idx, B, F, P, which, obs):
-    """obs: out [B, F + P] for replay rows idx; which = 0 gathers s (t, pos), 1 gathers s' (t_next, pos_next)."""
-    tc, pc = (0, 1) if which == 0 else (5, 6)
-    for e in range(cuda.grid(1), B * (F + P), cuda.gridsize(1)):
-        i, c = e // (F + P), e % (F + P)
-        row = idx[i]
-        if c < F:
-            obs[i, c] = features[int_store[row, tc], c]
-        else:
-            obs[i, c] = 1.0 if c - F == int_store[row, pc] else 0.0
+@device_function
+def _obs_value(features, int_store, row, tc, pc, c, F):
+    """Column c of the observation a transition stores as (bar in column ``tc``, position index in ``pc``)
+    of ``int_store[row]``: ``features[bar] ++ one_hot(position index)``."""
+    r = int_store[U(row)]
+    if c < F:
+        return features[U(r[tc]), U(c)]
+    return float32(1.0) if c - F == r[pc] else float32(0.0)
 
 
-@kernel(void(int32[:, ::1], float32[:, ::1], int64[::1], int64, int32[:, ::1], float32[::1], float32[::1]))
-def gather_batch_kernel(int_store, float_store, idx, B, actions, reward, done):
-    """actions: out int32 [B, 3]; reward, done: out float32 [B]."""
-    i = cuda.grid(1)
-    if i >= B:
-        return
-    row = idx[i]
-    actions[i, 0] = int_store[row, 2]
-    actions[i, 1] = int_store[row, 3]
-    actions[i, 2] = int_store[row, 4]
-    reward[i] = float_store[row, 0]
-    done[i] = float_store[row, 1]
+@kernel(void(float32[::1], float64[::1], float64[::1], int64, int64[::1], int64, float32, uint32, uint32, int64[::1],
+             int32[::1], int64[::1], float32[::1], int32[::1], float32[:, ::1], int32[:, ::1], float32[:, ::1], int64,
+             int64, float32[:, ::1], int32[:, ::1], float32[::1], float32[::1]))
+def draw_batch_kernel(prio, sub, tiles, subs_per_tile, size_arr, batch, beta, k0, k1, step_arr, guard, out_idx, out_w,
+                      arrivals, features, int_store, float_store, F, P, obs_pair, actions, reward, done):
+    """An update's sample in one launch: :func:`cuda_kernels.per.per_sample_kernel`'s draw (the same
+    arguments first, the same draws, counter and weights), then each sample's warp gathers the drawn
+    transition, whose slot its lanes all hold: s and s' (``features[t] ++ one_hot(pos_index)``, F + P
+    columns) into rows i and batch + i of ``obs_pair`` (float32 [2 batch, F + P]), its actions
+    (int32 [batch, 3]), n-step return and terminal flag (float32 [batch]). Launch:
+    :func:`cuda_kernels.per.sample_launch`. Three launches fewer than drawing and gathering apart."""
+    grid_wait()
+    s = cuda.shared.array(1024, float32)
+    last = cuda.shared.array(1, int32)
+    g = cuda.grid(1)
+    lane = g % VOTE
+    i = g // VOTE
+    step = step_arr[0] + (1 if guard[0] == 0 else 0)  # every block reads it before the last one stores it
+    j, w = draw_dev(prio, sub, tiles, subs_per_tile, size_arr[0], batch, beta, k0, k1, step, i, lane, VOTE)
+    if i < batch:
+        if lane == 0:
+            out_idx[i] = j
+            out_w[i] = w
+            reward[i] = float_store[U(j), 0]
+            done[i] = float_store[U(j), 1]
+        if lane < 3:
+            actions[U(i), U(lane)] = int_store[U(j), U(2 + lane)]
+        for c in range(lane, F + P, VOTE):
+            obs_pair[U(i), U(c)] = _obs_value(features, int_store, j, 0, 1, c, F)
+            obs_pair[U(batch + i), U(c)] = _obs_value(features, int_store, j, 5, 6, c, F)
+    finish_draw_dev(step_arr, step, out_w, batch, arrivals, s, last)
 
 
 @kernel(void(int64[::1], int64[::1], int32[::1], float32[::1], int64, int64, int64, uint32, uint32, int64[::1], int64))
 def env_reset_kernel(t_arr, end_arr, pos_arr, done, lo, hi, episode_len, k0, k1, step_arr, N):
     """Envs whose ``done`` is set (or all, before the first step, when done is 1) restart flat at a random
     bar in [lo, hi - episode_len] and run for episode_len bars."""
+    grid_wait()
     e = cuda.grid(1)
     if e >= N or done[e] == 0:
         return
@@ -83,6 +103,7 @@ def rollout_to_transitions_kernel(t_hist, pos_hist, act_hist, rew_hist, done_his
     when its n-step window fits in the rollout or meets a done flag first (truncated return, done = 1);
     with K = K_emit + n - 1 every emitted step does. int_out/float_out: out [N * K_emit, 7] /
     [N * K_emit, 2], rows e * K_emit + k; ``count[row]`` is 1 where a row was written, else 0."""
+    grid_wait()
     j = cuda.grid(1)
     if j >= N * K_emit:
         return
@@ -126,6 +147,7 @@ def validation_stats_kernel(pnl, day, start, stop, out):
     (annualised Sharpe of daily PnL (252 days, ddof 1), net PnL USD, days, max drawdown USD (<= 0, of the
     cumulative PnL against its running peak), mean and std (ddof 1) of per-bar PnL USD, bars, and the
     t-statistic of the per-bar mean, mean / std * sqrt(bars)). Zero where undefined."""
+    grid_wait()
     if cuda.grid(1) != 0:
         return
     cum = 0.0
@@ -182,6 +204,7 @@ def record_step_kernel(k_arr, t_arr, pos_arr, actions, reward, done, t_hist, pos
     one captured graph serves every step). phase 0, before the env step: bar, position index and
     action at k; phase 1, after it: reward and done at k; phase 2, after resets: bar and position
     index at k + 1."""
+    grid_wait()
     e = cuda.grid(1)
     if e >= N:
         return
@@ -201,6 +224,7 @@ def record_step_kernel(k_arr, t_arr, pos_arr, actions, reward, done, t_hist, pos
 
 @kernel(void(int64[::1], int64))
 def set_counter_kernel(counter, value):
+    grid_wait()
     if cuda.grid(1) == 0:
         counter[0] = value
 

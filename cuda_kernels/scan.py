@@ -17,23 +17,13 @@ from __future__ import annotations
 import numpy as np
 
 from .nb import cuda, device_function, kernel, float32, float64, int32, int64, last_to_arrive, void
+from .nb import U, grid_wait
 
 ITEMS = 4
 SUB = 32  # priorities per sub-tile: the sampler's last level reads one sub-tile's priorities
 PER_SUB = SUB // ITEMS  # threads per sub-tile
 MAX_THREADS = 1024
 MAX_SUBS = MAX_THREADS // PER_SUB  # sub-tiles of the largest tile
-
-
-@device_function
-def _block_inclusive_scan_dev(s, tid, nthreads):
-    off = 1
-    while off < nthreads:
-        t = s[tid - off] if tid >= off else 0.0
-        cuda.syncthreads()
-        s[tid] += t
-        cuda.syncthreads()
-        off *= 2
 
 
 @kernel(void(float32[::1], float64[::1], float64[::1], int64, int64[::1], int32[::1]))
@@ -50,7 +40,9 @@ def scan_kernel(x, sub, tile_sums, n, fill, arrivals):
     sub-tile's ``PER_SUB`` thread sums, left to right; the sub-tile totals are scanned in a
     Hillis-Steele pattern (step ``off``: element i adds element i - off of the step before) between
     two buffers, one barrier a step."""
+    grid_wait()
     ys = cuda.shared.array(MAX_THREADS, float64)
+    ys2 = cuda.shared.array(MAX_THREADS, float64)  # the tile totals' scan: its second buffer
     za = cuda.shared.array(MAX_SUBS, float64)
     zb = cuda.shared.array(MAX_SUBS, float64)
     last = cuda.shared.array(1, int32)
@@ -96,22 +88,36 @@ def scan_kernel(x, sub, tile_sums, n, fill, arrivals):
             if tid == n_sub - 1:
                 tile_sums[blk] = v
     if last_to_arrive(arrivals, 0, cuda.gridDim.x, last):
-        _scan_tile_sums_dev(tile_sums, cuda.gridDim.x, ys, tid, nt)
+        _scan_tile_sums_dev(tile_sums, cuda.gridDim.x, ys, ys2, tid, nt)
 
 
 @device_function
-def _scan_tile_sums_dev(tile_sums, n_tiles, s, tid, nt):
-    """In place, one block: inclusive scan of the tile totals, chunk by chunk (``s``: >= nt float64 of
-    shared memory)."""
+def _scan_tile_sums_dev(tile_sums, n_tiles, s, s2, tid, nt):
+    """In place, one block: inclusive scan of the tile totals, chunk by chunk of ``nt``, each a Hillis-Steele
+    scan (step ``off``: element i adds element i - off of the step before) between the shared buffers
+    ``s`` and ``s2`` (>= nt float64 each), one barrier a step. The last chunk stops once ``off`` reaches
+    its live count: the steps after add only zeros to its live elements, and the carry they would have
+    completed is not used after it (a full chunk runs every step: the same sums as ever)."""
     carry = 0.0
     for start in range(0, n_tiles, nt):
         i = start + tid
+        live = min(nt, n_tiles - start)
         s[tid] = tile_sums[i] if i < n_tiles else 0.0
         cuda.syncthreads()
-        _block_inclusive_scan_dev(s, tid, nt)
+        off = 1
+        src = 0  # which buffer holds the step before: 0 s, 1 s2
+        while off < live:
+            if src == 0:
+                s2[tid] = s[tid] + (s[tid - off] if tid >= off else 0.0)
+            else:
+                s[tid] = s2[tid] + (s2[tid - off] if tid >= off else 0.0)
+            cuda.syncthreads()
+            src = 1 - src
+            off *= 2
+        v = s[tid] if src == 0 else s2[tid]
         if i < n_tiles:
-            tile_sums[i] = s[tid] + carry
-        carry += s[nt - 1]
+            tile_sums[i] = v + carry
+        carry += s[nt - 1] if src == 0 else s2[nt - 1]
         cuda.syncthreads()
 
 
@@ -120,9 +126,9 @@ def sub_base_dev(sub, tiles, subs_per_tile, si):
     """The prefix sum before sub-tile ``si``: the tile before's scanned total plus the sub-tiles before
     ``si`` in its tile (0.0 at the start of the series)."""
     t = si // subs_per_tile
-    base = tiles[t - 1] if t > 0 else 0.0
+    base = tiles[U(t - 1)] if t > 0 else 0.0
     if si % subs_per_tile > 0:
-        base += sub[si - 1]
+        base += sub[U(si - 1)]
     return base
 
 
@@ -135,7 +141,7 @@ def prefix_dev(x, sub, tiles, subs_per_tile, i):
     run = sub_base_dev(sub, tiles, subs_per_tile, si)
     vals = cuda.local.array(SUB, float32)
     for k in range(SUB):
-        vals[k] = x[first + k] if first + k <= i else float32(0.0)
+        vals[k] = x[U(first + k)] if first + k <= i else float32(0.0)
     for k in range(SUB):
         if first + k <= i:
             run += float64(vals[k])

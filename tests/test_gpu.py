@@ -60,7 +60,7 @@ def test_tf32_accuracy_is_reported_not_assumed(rng, device):
 
 
 def test_graph_with_cublas_and_numba_equals_eager(rng, device, blas):
-    """A forward pass + head + C51 loss + grad norm and guard + Adam with the target EMA: eager three times,
+    """A forward pass + heads and C51 loss + grad norm and guard + Adam with the target EMA: eager three times,
     then captured and replayed three times; bit-equal (the arrival count left at zero between launches)."""
     B, D, H, atoms = 256, 32, 128, 51
     nb, sizes, offs = 3, np.array([3, 3, 3], np.int32), np.array([0, 3, 6], np.int32)
@@ -71,8 +71,10 @@ def test_graph_with_cublas_and_numba_equals_eager(rng, device, blas):
     b1 = cuda.to_device(rng.normal(size=H).astype(np.float32) * 0.1, stream=s)
     w2 = cuda.to_device((rng.normal(size=(H, W)) * 0.1).astype(np.float32), stream=s)
     support = cuda.to_device(np.linspace(-1, 1, atoms).astype(np.float32), stream=s)
-    h, head = cuda.device_array((B, H), np.float32, stream=s), cuda.device_array((B, W), np.float32, stream=s)
-    logp, q = cuda.device_array((B, 9, atoms), np.float32, stream=s), cuda.device_array((B, 9), np.float32, stream=s)
+    h = cuda.device_array((B, H), np.float32, stream=s)
+    pair = cuda.to_device(rng.normal(size=(2 * B, W)).astype(np.float32), stream=s)  # rows [B, 2B): a fixed s'
+    head, head_t = pair[:B], cuda.to_device(rng.normal(size=(B, W)).astype(np.float32), stream=s)
+    q = cuda.device_array((B, 9), np.float32, stream=s)
     acts = cuda.to_device(rng.integers(0, 3, (B, nb)).astype(np.int32), stream=s)
     rew = cuda.to_device(rng.normal(0, 0.3, B).astype(np.float32), stream=s)
     done = cuda.to_device(np.zeros(B, np.float32), stream=s)
@@ -94,10 +96,9 @@ def test_graph_with_cublas_and_numba_equals_eager(rng, device, blas):
         grid, tpb = dense.bias_act_launch(B, H, False)
         dense.bias_act_kernel[grid, tpb, st](h, b1, B, H, dense.ACT_RELU)
         blas.gemm(h, w2, head)
-        hg, hb = c51.head_launch(B, atoms, nb)
-        c51.dueling_head_kernel[hg, hb, st](head, head_bias, B, nb, dsizes, doffs, atoms, 3, support, logp, q)
-        c51.c51_loss_kernel[c51.loss_launch(B, atoms, nb) + (st,)](logp, q, logp, acts, rew, done, 0.97, -1.0, 1.0, atoms, isw, nb,
-                                                       dsizes, doffs, 1.0 / B, dhead, loss, B)
+        c51.c51_head_loss_kernel[c51.loss_launch(B, atoms, nb) + (st,)](
+            pair, head_bias, head_t, head_bias, acts, rew, done, 0.97, -1.0, 1.0, atoms, isw, nb, dsizes, doffs, 3,
+            support, 1.0 / B, q, dhead, loss, B)
         blas.gemm(h, dhead, dw2, 1, 0)
         optim.grad_norm_guard_kernel[optim.NORM_BLOCKS, 256, st](dw2.reshape(H * W), H * W, parts, arrivals, 10.0, clip,
                                                                  loss, isw, B, q, B, 1e6, guard, stats)

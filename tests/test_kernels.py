@@ -365,54 +365,99 @@ def test_dueling_head_matches_reference(rng, atoms):
     np.testing.assert_allclose(q.copy_to_host(), rq, rtol=1e-4, atol=1e-5)
 
 
-def test_c51_loss_unequal_branches_and_padded_rows(rng):
+def _head_loss(head_pair, bias, head_t, bias_t, acts, reward, done, gamma_n, v_min, v_max, atoms, w, sizes, offs,
+               support, width):
+    """c51_head_loss_kernel on poisoned outputs: (Q of s [B, A], dhead [B, width], loss [B])."""
+    B = head_t.shape[0]
+    q, dhead, loss = poisoned((B, int(sizes.sum()))), poisoned((B, width)), poisoned(B)
+    c51.c51_head_loss_kernel[c51.loss_launch(B, atoms, len(sizes))](
+        dev(head_pair), dev(bias), dev(head_t), dev(bias_t), dev(acts), dev(reward), dev(done), gamma_n, v_min, v_max,
+        atoms, dev(w), len(sizes), dev(sizes), dev(offs), int(sizes.max()), dev(support.astype(np.float32)), 1.0 / B, q,
+        dhead, loss, B)
+    return q.copy_to_host(), dhead.copy_to_host(), loss.copy_to_host()
+
+
+def test_c51_head_loss_unequal_branches_and_padded_rows(rng):
     """Branches of 2, 4 and 3 actions side by side in the block, and gradient rows padded past the last
-    action's columns (as the GPU's 16-byte-aligned head): every column written, the padding zero."""
+    action's columns (as the GPU's 16-byte-aligned head): every column written, the padding zero; the
+    heads (online on s and s', target on s', each with its bias) computed in the same launch."""
     sizes = np.array([2, 4, 3], np.int32)
     offs = np.array([0, 2, 6], np.int32)
     B, atoms, v_min, v_max, gamma_n = 4, 11, -2.0, 2.0, 0.9
     support = np.linspace(v_min, v_max, atoms)
     W = atoms * (1 + sizes.sum())
-    head, head_next = (rng.normal(0, 1.5, (B, W)) for _ in range(2))
-    logp, _ = c51.dueling_head_ref(head, list(sizes), atoms, support)
-    logp_t, q_next = c51.dueling_head_ref(head_next, list(sizes), atoms, support)
+    pad = np.zeros((B, 3), np.float32)  # the head GEMM's padding columns: never read
+    head, head_next, head_t = (rng.normal(0, 1.5, (B, W)).astype(np.float32) for _ in range(3))
+    bias, bias_t = (rng.normal(0, 0.5, W + 3).astype(np.float32) for _ in range(2))
+    logp, q_s = c51.dueling_head_ref((head + bias[:W]).astype(np.float64), list(sizes), atoms, support)
+    _, q_next = c51.dueling_head_ref((head_next + bias[:W]).astype(np.float64), list(sizes), atoms, support)
+    logp_t, _ = c51.dueling_head_ref((head_t + bias_t[:W]).astype(np.float64), list(sizes), atoms, support)
     acts = np.stack([rng.integers(0, n, B) for n in sizes], 1).astype(np.int32)
     reward = rng.normal(0, 1.5, B).astype(np.float32)
     done = (rng.random(B) < 0.3).astype(np.float32)
     w = rng.uniform(0.2, 1.0, B).astype(np.float32)
-    dhead, loss = poisoned((B, W + 3)), poisoned(B)
-    c51.c51_loss_kernel[c51.loss_launch(B, atoms, 3)](dev(logp.astype(np.float32)), dev(q_next.astype(np.float32)),
-                               dev(logp_t.astype(np.float32)), dev(acts), dev(reward), dev(done), gamma_n, v_min,
-                               v_max, atoms, dev(w), 3, dev(sizes), dev(offs), 1.0 / B, dhead, loss, B)
+    pair = np.concatenate([np.hstack([head, pad]), np.hstack([head_next, pad])])
+    q, got, loss = _head_loss(pair, bias, np.hstack([head_t, pad]), bias_t, acts, reward, done, gamma_n, v_min, v_max,
+                              atoms, w, sizes, offs, support, W + 3)
     rd, rloss = c51.c51_loss_ref(logp, q_next, logp_t, acts, reward, done, gamma_n, v_min, v_max, atoms, w,
                                  list(sizes), 1.0 / B)
-    got = dhead.copy_to_host()
-    np.testing.assert_allclose(loss.copy_to_host(), rloss, rtol=1e-4)
+    np.testing.assert_allclose(q, q_s, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(loss, rloss, rtol=1e-4)
     np.testing.assert_allclose(got[:, :W], rd, rtol=1e-3, atol=1e-6)
     assert np.all(got[:, W:] == 0)
     with pytest.raises(ValueError, match="1..4 branches"):  # one shared row per branch
         c51.loss_launch(B, atoms, 5)
 
 
+def test_c51_head_loss_matches_the_head_kernel_bit_for_bit(rng):
+    """What the fused launch computes of the heads is what ``dueling_head_kernel`` computes (the same device
+    functions in the same order): its Q of s bit for bit, and its loss the one the head's log-probabilities
+    give (the reference, fed the head kernel's own float32 outputs)."""
+    B, atoms, v_min, v_max, gamma_n = 6, 51, -3.0, 3.0, 0.97
+    support = np.linspace(v_min, v_max, atoms).astype(np.float32)
+    W = atoms * 10
+    pair, head_t = rng.normal(0, 2, (2 * B, W)).astype(np.float32), rng.normal(0, 2, (B, W)).astype(np.float32)
+    bias, bias_t = rng.normal(0, 1, W).astype(np.float32), rng.normal(0, 1, W).astype(np.float32)
+    outs = []
+    for h, bb, rows in ((pair, bias, 2 * B), (head_t, bias_t, B)):
+        logp, q = poisoned((rows, 9, atoms)), poisoned((rows, 9))
+        grid, block = c51.head_launch(rows, atoms, 3)
+        c51.dueling_head_kernel[grid, block](dev(h), dev(bb), rows, 3, dev(BRANCHES), dev(OFFSETS), atoms, 3,
+                                             dev(support), logp, q)
+        outs.append((logp.copy_to_host(), q.copy_to_host()))
+    (lp, qh), (lpt, _) = outs
+    acts = rng.integers(0, 3, (B, 3)).astype(np.int32)
+    reward = rng.normal(0, 1.5, B).astype(np.float32)
+    done = (rng.random(B) < 0.3).astype(np.float32)
+    w = rng.uniform(0.2, 1.0, B).astype(np.float32)
+    q, dhead, loss = _head_loss(pair, bias, head_t, bias_t, acts, reward, done, gamma_n, v_min, v_max, atoms, w,
+                                BRANCHES, OFFSETS, support, W)
+    assert np.array_equal(q.view(np.uint32), qh[:B].view(np.uint32))
+    rd, rloss = c51.c51_loss_ref(lp[:B].astype(np.float64), qh[B:], lpt.astype(np.float64), acts, reward, done,
+                                 gamma_n, v_min, v_max, atoms, w, list(BRANCHES), 1.0 / B)
+    np.testing.assert_allclose(loss, rloss, rtol=1e-5)
+    np.testing.assert_allclose(dhead, rd, rtol=1e-4, atol=1e-7)
+
+
 def test_c51_loss_gradient_matches_reference_and_finite_differences(rng):
     B, atoms, v_min, v_max, gamma_n = 5, 11, -2.0, 2.0, 0.97
     support = np.linspace(v_min, v_max, atoms)
-    head, head_next = _head(rng, B, atoms), _head(rng, B, atoms)
+    head, head_next, head_t = _head(rng, B, atoms), _head(rng, B, atoms), _head(rng, B, atoms)
+    zero = np.zeros(head.shape[1], np.float32)  # biases: zero here (the test above adds them)
     logp, _ = c51.dueling_head_ref(head.astype(np.float64), list(BRANCHES), atoms, support)
-    logp_t, q_next = c51.dueling_head_ref(head_next.astype(np.float64), list(BRANCHES), atoms, support)
+    _, q_next = c51.dueling_head_ref(head_next.astype(np.float64), list(BRANCHES), atoms, support)
+    logp_t, _ = c51.dueling_head_ref(head_t.astype(np.float64), list(BRANCHES), atoms, support)
     acts = rng.integers(0, 3, (B, 3)).astype(np.int32)
     acts[0, 1] = 7  # out of range: clamped to 2
     reward = rng.normal(0, 1.5, B).astype(np.float32)  # some targets fall outside [v_min, v_max]
     done = (rng.random(B) < 0.3).astype(np.float32)
     w = rng.uniform(0.2, 1.0, B).astype(np.float32)
-    dhead, loss = poisoned(head.shape), poisoned(B)
-    c51.c51_loss_kernel[c51.loss_launch(B, atoms, 3)](dev(logp.astype(np.float32)), dev(q_next.astype(np.float32)),
-                               dev(logp_t.astype(np.float32)), dev(acts), dev(reward), dev(done), gamma_n, v_min,
-                               v_max, atoms, dev(w), 3, dev(BRANCHES), dev(OFFSETS), 1.0 / B, dhead, loss, B)
+    _, got, loss = _head_loss(np.concatenate([head, head_next]), zero, head_t, zero, acts, reward, done, gamma_n, v_min,
+                              v_max, atoms, w, BRANCHES, OFFSETS, support, head.shape[1])
     rd, rloss = c51.c51_loss_ref(logp, q_next, logp_t, acts, reward, done, gamma_n, v_min, v_max, atoms, w,
                                  list(BRANCHES), 1.0 / B)
-    np.testing.assert_allclose(loss.copy_to_host(), rloss, rtol=1e-4)
-    np.testing.assert_allclose(dhead.copy_to_host(), rd, rtol=1e-3, atol=1e-6)
+    np.testing.assert_allclose(loss, rloss, rtol=1e-4)
+    np.testing.assert_allclose(got, rd, rtol=1e-3, atol=1e-6)
 
     def total(h):  # the scalar whose gradient the kernel writes: mean_b w_b * loss_b
         lp, _ = c51.dueling_head_ref(h, list(BRANCHES), atoms, support)

@@ -10,7 +10,7 @@ from workbench import metrics as M
 
 
 
-def test_env_obs_and_gather(rng):
+def test_env_obs(rng):
     T, F, maxp = 12, 5, 3
     P = 2 * maxp + 1
     feats = rng.normal(size=(T, F)).astype(np.float32)
@@ -20,20 +20,51 @@ def test_env_obs_and_gather(rng):
     R.env_obs_kernel[2, 32](cuda.to_device(feats), cuda.to_device(t), cuda.to_device(pos), 6, F, maxp, obs)
     want = np.concatenate([feats[t], np.eye(P, dtype=np.float32)[pos + maxp]], axis=1)
     assert np.array_equal(obs.copy_to_host(), want)
-    store = rng.integers(0, T, (20, 7)).astype(np.int32)
-    store[:, [1, 6]] = rng.integers(0, P, (20, 2))
-    fstore = rng.normal(size=(20, 2)).astype(np.float32)
-    idx = rng.integers(0, 20, 8)
-    for which, (tc, pc) in ((0, (0, 1)), (1, (5, 6))):
-        o = cuda.to_device(np.full((8, F + P), np.nan, np.float32))
-        R.gather_obs_kernel[2, 32](cuda.to_device(feats), cuda.to_device(store), cuda.to_device(idx), 8, F, P, which, o)
-        want = np.concatenate([feats[store[idx, tc]], np.eye(P, dtype=np.float32)[store[idx, pc]]], axis=1)
-        assert np.array_equal(o.copy_to_host(), want)
-    a, r, d = (cuda.to_device(np.full((8, 3), -1, np.int32)), cuda.to_device(np.full(8, np.nan, np.float32)),
-               cuda.to_device(np.full(8, np.nan, np.float32)))
-    R.gather_batch_kernel[1, 32](cuda.to_device(store), cuda.to_device(fstore), cuda.to_device(idx), 8, a, r, d)
-    assert np.array_equal(a.copy_to_host(), store[idx, 2:5])
-    assert np.array_equal(r.copy_to_host(), fstore[idx, 0]) and np.array_equal(d.copy_to_host(), fstore[idx, 1])
+
+
+def test_the_draw_gathers_the_drawn_transitions(rng):
+    """draw_batch_kernel draws what per_sample_kernel draws (slots, weights, the advanced counter) and
+    gathers each drawn transition: s over s' (features of its bars and the one-hot of its positions),
+    its actions, n-step return and terminal flag; every output poisoned first."""
+    from cuda_kernels import per, scan
+
+    T, F, P, cap, size, batch, threads = 12, 5, 7, 40, 33, 11, 8
+    feats = rng.normal(size=(T, F)).astype(np.float32)
+    store = rng.integers(0, T, (cap, R.N_INT)).astype(np.int32)
+    store[:, [1, 6]] = rng.integers(0, P, (cap, 2))
+    fstore = rng.normal(size=(cap, R.N_FLOAT)).astype(np.float32)
+    prio = np.zeros(cap, np.float32)
+    prio[:size] = rng.uniform(0.1, 2.0, size)
+    dev = cuda.to_device
+    sub, tiles = dev(np.zeros(scan.n_subs(cap, threads))), dev(np.zeros(scan.n_tiles(cap, threads)))
+    arrivals, d_prio, fill = dev(np.zeros(3, np.int32)), dev(prio), dev(np.array([size]))
+    scan.launch_scan(d_prio, sub, tiles, cap, threads, arrivals[0:1], fill)
+    k0, step0 = int(rng.integers(0, 2**32)), int(rng.integers(0, 1000))
+    outs = []
+    for fused in (False, True):
+        idx, w = dev(np.full(batch, -9, np.int64)), dev(np.full(batch, np.nan, np.float32))
+        step = dev(np.array([step0]))
+        args = (d_prio, sub, tiles, scan.subs_per_tile(threads), fill, batch, 0.4, k0, 5, step,
+                dev(np.zeros(1, np.int32)), idx, w, arrivals[1 + fused:2 + fused])
+        if fused:
+            obs = dev(np.full((2 * batch, F + P), np.nan, np.float32))
+            a, r, d = (dev(np.full((batch, 3), -1, np.int32)), dev(np.full(batch, np.nan, np.float32)),
+                       dev(np.full(batch, np.nan, np.float32)))
+            R.draw_batch_kernel[per.sample_launch(batch)](*args, dev(feats), dev(store), dev(fstore), F, P, obs, a, r,
+                                                          d)
+        else:
+            per.per_sample_kernel[per.sample_launch(batch)](*args)
+        outs.append((idx.copy_to_host(), w.copy_to_host(), step.copy_to_host()))
+    for x, y in zip(*outs):
+        assert np.array_equal(x, y)
+    j = outs[1][0]
+    assert outs[1][2][0] == step0 + 1 and (j >= 0).all() and (j < size).all()
+    onehot = np.eye(P, dtype=np.float32)
+    want = np.concatenate([np.concatenate([feats[store[j, 0]], onehot[store[j, 1]]], axis=1),
+                           np.concatenate([feats[store[j, 5]], onehot[store[j, 6]]], axis=1)])
+    assert np.array_equal(obs.copy_to_host(), want)
+    assert np.array_equal(a.copy_to_host(), store[j, 2:5])
+    assert np.array_equal(r.copy_to_host(), fstore[j, 0]) and np.array_equal(d.copy_to_host(), fstore[j, 1])
 
 
 def test_env_reset_only_done_envs_inside_range(rng):

@@ -40,6 +40,22 @@ def test_an_update_beside_a_side_stream_is_bit_for_bit_one_stream(bars):
     assert np.array_equal(a.bars["pnl_usd"].to_numpy(), b.bars["pnl_usd"].to_numpy())
 
 
+@pytest.mark.parametrize("mode", ["programmatic", "order"])
+def test_programmatic_edges_are_bit_for_bit_plain_edges(bars, mode):
+    """``gpu.pdl``: the graphs' kernel-to-kernel edges made programmatic (each kernel launched early and
+    waiting inside for the one before) train the same weights, losses and PnL as plain edges, bit for
+    bit; a race (a kernel touching memory before its wait) would show here as a difference."""
+    from workbench.agent.backend import make_backend
+
+    if make_backend("gpu").device.info.compute_capability < (9, 0):
+        pytest.skip("programmatic dependent launch needs sm_90 or later")
+    a, b = _run(bars, 5), _run(bars, 5, f'gpu.pdl="{mode}"')
+    assert [e["updates"] for e in b.epochs] == [50, 50, 50]
+    assert np.array_equal(a.params, b.params)
+    assert [e["loss"] for e in a.epochs] == [e["loss"] for e in b.epochs]
+    assert np.array_equal(a.bars["pnl_usd"].to_numpy(), b.bars["pnl_usd"].to_numpy())
+
+
 def test_fused_epilogues_train_within_rounding_of_our_kernels(bars):
     """cuBLASLt's fused bias + ReLU epilogues (the default where nvmath-python loads) against our bias
     kernels after each GEMM (``gpu.fused_epilogues = "off"``): the forward's outputs agree to rounding

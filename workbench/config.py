@@ -95,6 +95,8 @@ class GpuOverrides:
                            "('' = the profile's; the same results bit for bit either way)")
     fused_epilogues: str = _f("", "'on' or 'off': the trunk's bias + ReLU inside cuBLASLt's GEMMs ('' = the "
                                   "profile's; off: our kernels after each GEMM)")
+    pdl: str = _f("", "'off', 'programmatic' or 'order': programmatic dependent launch between a graph's kernels "
+                      "('' = the profile's; the same results bit for bit)")
 
 
 @dataclass(frozen=True)

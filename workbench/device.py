@@ -247,8 +247,9 @@ class DeviceInfo:
 class Device:
     """The GPU (or the simulator) with one non-blocking stream."""
 
-    def __init__(self):
+    def __init__(self, pdl: str = "off"):
         self.simulator = SIMULATOR
+        self.pdl = pdl  # programmatic edges in what this stream captures (workbench.graph_edges; gpu.pdl)
         if self.simulator:
             self.stream = cuda.stream()
             self.raw_stream = None
@@ -278,7 +279,7 @@ class Device:
         """Another non-blocking stream on the same device and context: one agent of a population
         enqueues on its own lane, so its work can run beside the others' (:meth:`capture_lanes`)."""
         other = object.__new__(Device)
-        other.simulator, other.info = self.simulator, self.info
+        other.simulator, other.info, other.pdl = self.simulator, self.info, self.pdl
         if self.simulator:
             other.stream, other.raw_stream = cuda.stream(), None
             return other
@@ -490,6 +491,15 @@ class Device:
         graph = check(drv.cuStreamEndCapture(self.raw_stream), "cuStreamEndCapture (was something "
                       "allocated, synchronised, launched on another stream or a lane not joined back inside "
                       "the capture?)")
+        if self.pdl != "off" and self.info.compute_capability >= (9, 0):  # griddepcontrol: sm_90 and later
+            from .graph_edges import make_programmatic
+
+            try:
+                make_programmatic(into if into is not None else graph, self.pdl)
+            except BaseException:
+                if into is None:
+                    drv.cuGraphDestroy(graph)
+                raise
         if into is not None or not instantiate:
             return None if into is not None else graph
         exec_graph = check(drv.cuGraphInstantiate(graph, 0), "cuGraphInstantiate")

@@ -13,6 +13,7 @@ from pathlib import Path
 from . import settings as _config
 from .settings import _f
 from .errors import ConfigError
+from .graph_edges import PORTS as PDL_MODES
 from .resources import config_dir
 
 
@@ -36,6 +37,10 @@ class GpuProfile:
     branches: bool = _f(True, "an update's work that does not wait on its main chain (the target forward, weight "
                               "gradients, priority update) on a second stream beside it, for an agent training "
                               "alone (false: one stream; the same results bit for bit either way)")
+    pdl: str = _f("off", "programmatic dependent launch between the kernels of a captured graph (sm_90 and later): "
+                         "'off', 'programmatic' (a kernel launches when the one before it has let its blocks go) or "
+                         "'order' (once every block of the one before it has started); each kernel waits inside for "
+                         "the one before to finish, so the results are the same bit for bit")
     fused_epilogues: bool = _f(True, "the trunk's bias + ReLU (and their gradients) inside cuBLASLt's GEMMs where "
                                      "nvmath-python loads (false: our kernels after each GEMM)")
 
@@ -48,6 +53,8 @@ def load_profile(name_or_path: str) -> GpuProfile:
     prof = _config.build(GpuProfile, _config.read_toml(path), prefix="gpu.")
     if prof.gemm not in ("cublas", "numba") or prof.math not in ("fp32", "tf32"):
         raise ConfigError(f"GPU profile {path}: gemm must be cublas|numba and math fp32|tf32")
+    if prof.pdl not in PDL_MODES:
+        raise ConfigError(f"GPU profile {path}: pdl must be one of {', '.join(PDL_MODES)}")
     if not (0 < prof.replay_vram_fraction < 1) or prof.atoms < 2 or prof.atoms > 128 or prof.population < 0:
         raise ConfigError(f"GPU profile {path}: replay_vram_fraction in (0, 1), atoms in [2, 128], population >= 0")
     return prof

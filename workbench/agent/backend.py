@@ -4,7 +4,7 @@ from __future__ import annotations
 from cuda_kernels.nb import gpu_available
 
 from ..errors import ConfigError
-from ..gpu_profile import load_profile, select_profile
+from ..gpu_profile import PDL_MODES, load_profile, select_profile
 
 
 class Backend:
@@ -40,12 +40,16 @@ class Backend:
                 if changes[switch] not in ("on", "off"):
                     raise ConfigError(f"gpu.{switch} must be 'on' or 'off', got {changes[switch]!r}")
                 changes[switch] = changes[switch] == "on"
+        if "pdl" in changes and changes["pdl"] not in PDL_MODES:
+            raise ConfigError(f"gpu.pdl must be one of {', '.join(PDL_MODES)}, got {changes['pdl']!r}")
         return dataclasses.replace(self.profile, **changes) if changes else self.profile
 
     def trainer(self, cfg, spec, capital: float, seed: int, overrides=None):
         profile = self.sized(overrides)
         if self.kind == "gpu":
             from .trainer import DeviceTrainer
+
+            self._graph_edges(profile)
 
             return DeviceTrainer(self.device, self.gemm, profile, cfg, spec, capital, seed,
                                  side=self._side_maker("main", self.device, profile))
@@ -64,7 +68,13 @@ class Backend:
             lane: Device = self.device.lane()
             self.lanes.append((lane, make_gemm(lane, profile.gemm, profile.math)))
         lane, gemm = self.lanes[i]
+        self._graph_edges(profile)
         return DeviceTrainer(lane, gemm, profile, cfg, spec, capital, seed, side=self._side_maker(i, lane, profile))
+
+    def _graph_edges(self, profile) -> None:
+        """What the device and its lanes capture from now on gets ``profile.pdl``'s edges (a run's setting)."""
+        for d in (self.device, *(lane for lane, _ in self.lanes)):
+            d.pdl = profile.pdl
 
     def _side_maker(self, key, device, profile):
         """What makes (once, on first use) the side stream of the trainer on ``device``

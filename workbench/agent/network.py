@@ -213,9 +213,10 @@ class DeviceNetwork:
         v.device, v.gemm, v.view_of = device, gemm, self.view_of or self
         return v
 
-    def forward(self, params_flat, x) -> None:
-        """x: float32 [rows, obs_dim]; fills h1, h2, head (before its bias), logp, q."""
-        run_steps(self.forward_steps(params_flat, x))
+    def forward(self, params_flat, x, head: bool = True) -> None:
+        """x: float32 [rows, obs_dim]; fills h1, h2, head (before its bias) and, with ``head``, logp and q (the
+        dueling head; a training update leaves it to its loss, ``c51.c51_head_loss_kernel``)."""
+        run_steps(self.forward_steps(params_flat, x, head))
 
     def backward(self, params_flat, grads_flat, x, dhead) -> None:
         """dhead: float32 [rows, head_cols] (overwritten; its padding columns zero); writes every gradient
@@ -224,13 +225,15 @@ class DeviceNetwork:
 
     # the passes as steps: kernels enqueued on the device's stream, each GEMM yielded to whoever drives
     # them (run_steps: the network's GEMM; a population: one batched GEMM over its agents' same GEMM)
-    def forward_steps(self, params_flat, x):
+    def forward_steps(self, params_flat, x, head: bool = True):
         p = views(params_flat, self.shape)
         st, sh, f, d = self.device.stream, self.shape, self.fused, self.device
         m1, m2 = (self.mask1, self.mask2) if self.fuses_backward else (None, None)
         yield Gemm(x, p["W1"], self.h1, 0, 0, self.gemm, Epilogue(RELU_BIAS, p["b1"], self.h1, m1, f, d))
         yield Gemm(self.h1, p["W2"], self.h2, 0, 0, self.gemm, Epilogue(RELU_BIAS, p["b2"], self.h2, m2, f, d))
         yield Gemm(self.h2, p["W3"], self.head, 0, 0, self.gemm)  # its bias is added by the dueling head as it reads
+        if not head:
+            return
         nb = len(sh.branch_sizes)
         grid, block = c51.head_launch(self.rows, sh.atoms, nb)
         c51.dueling_head_kernel[grid, block, st](self.head, p["b3"], self.rows, nb, self.bsz, self.boff, sh.atoms,

@@ -48,7 +48,7 @@ from ..gpu_profile import GpuProfile
 from ..markets import MarketSpec
 from .device_state import DeviceState, alloc_state
 from .loop import EpochStats, run_fold
-from .network import relayout, run_steps
+from .network import relayout, run_steps, views
 from .records import EpochLog, FoldTrainResult, philox_keys  # noqa: F401 (re-exported)
 from .train_config import TrainConfig
 from .window import MAX_POS, N_POS, Window
@@ -97,8 +97,7 @@ class Handoffs(NamedTuple):
     """The points where an update's side branch leaves and rejoins its main chain (one
     :class:`~workbench.device.Handoff` each, made once per trainer)."""
 
-    draw: Handoff       # main -> side: the PER draw is done (the side gathers s' and the batch)
-    obs_next: Handoff   # side -> main: s' gathered (the online network's stacked forward reads it)
+    draw: Handoff       # main -> side: the PER draw and its gathers are done (the target forward reads s')
     target: Handoff     # side -> main: the target forward done (the loss reads it)
     loss: Handoff       # main -> side: the loss wrote dhead (the backward's side starts)
     d2: Handoff         # main -> side: d2 and its epilogue done (W2's gradient)
@@ -194,8 +193,8 @@ class DeviceTrainer:
     def update_beside(self, st) -> None:
         """One training step as :meth:`update_steps` computes it, bit for bit (the same kernels on the same
         buffers in an order that respects every read after a write), with the work that does not wait
-        on the main chain on the side stream beside it: the s' and batch gathers and the target network's
-        forward beside the s gather and the online network's forward, the head's bias and weight
+        on the main chain on the side stream beside it: the target network's forward beside the online
+        network's forward, the head's bias and weight
         gradients and W2's weight gradient beside the d2 -> d1 -> W1 chain
         (:meth:`~workbench.agent.network.DeviceNetwork.backward_beside`), the priority update beside
         Adam. One agent's update leaves most of the GPU idle, so the branches overlap."""
@@ -203,16 +202,11 @@ class DeviceTrainer:
         m, sd = self.device, self.side.device
         b, lr, nets = S.batch, S.learner, S.nets
         ss = sd.stream
-        self._scan_and_draw(st)
+        self._sample(st)
         h.draw.give(m).take(sd)
-        self._gather_obs(ss, 1, b.obs_next)
-        h.obs_next.give(sd)
-        self._gather_batch(ss)
-        nets.t2.on(sd, self.side.gemm).forward(lr.target, b.obs_next)
+        nets.t2.on(sd, self.side.gemm).forward(lr.target, b.obs_next, head=False)
         h.target.give(sd)
-        self._gather_obs(st, 0, b.obs)
-        h.obs_next.take(m)
-        nets.online.forward(lr.params, b.obs_pair)
+        nets.online.forward(lr.params, b.obs_pair, head=False)
         h.target.take(m)
         self._loss(st)
         s = nets.s
@@ -227,47 +221,28 @@ class DeviceTrainer:
     def update_steps(self, st):
         """One training step as steps (:func:`~workbench.agent.network.run_steps`): its kernels enqueued,
         each GEMM yielded, so a population can run its agents' same GEMM as one batched GEMM."""
-        self._update_sample(st)
+        self._sample(st)
         yield from self._learn_steps(st)
         self._update_finish(st)
 
-    def _update_sample(self, st) -> None:
-        """Training step, part 1 (sample): prefix sum, PER draw and weights, batch gathers."""
-        b = self.state.batch
-        self._scan_and_draw(st)
-        self._gather_obs(st, 0, b.obs)
-        self._gather_obs(st, 1, b.obs_next)
-        self._gather_batch(st)
-
-    def _gather_obs(self, st, which: int, out) -> None:
-        """The drawn transitions' observations into ``out``: s (``which`` 0) or s' (1)."""
-        S = self.state
-        rp, b, wd = S.replay, S.batch, S.window
-        K_ro.gather_obs_kernel[_gs(self.device, b.size * S.shape.obs_dim, self.tpb) + (st,)](
-            wd.features, rp.int_store, b.idx, b.size, wd.n_features, N_POS, which, out)
-
-    def _gather_batch(self, st) -> None:
-        """The drawn transitions' actions, n-step returns and terminal flags."""
-        rp, b = self.state.replay, self.state.batch
-        K_ro.gather_batch_kernel[_grid(b.size, self.tpb) + (st,)](rp.int_store, rp.float_store, b.idx, b.size,
-                                                                 b.actions, b.ret, b.terminal)
-
-    def _scan_and_draw(self, st) -> None:
-        """The priorities' prefix sum, then the PER draw and its importance weights (which advances the
-        update's step unless the guard has tripped)."""
+    def _sample(self, st) -> None:
+        """Training step, part 1 (sample): the priorities' prefix sum, then in one launch the PER draw, its
+        importance weights (the draw advances the update's step unless the guard has tripped) and the
+        batch's gathers (s and s' stacked, actions, n-step returns, terminal flags)."""
         S, cfg = self.state, self.cfg
-        rp, b, lr = S.replay, S.batch, S.learner
+        rp, b, lr, wd = S.replay, S.batch, S.learner, S.window
         K_scan.launch_scan(rp.prio, rp.sub, rp.tiles, rp.capacity, rp.scan_threads, lr.arrival(ARR.SCAN), rp.size, st)
-        K_per.per_sample_kernel[K_per.sample_launch(b.size) + (st,)](
+        K_ro.draw_batch_kernel[K_per.sample_launch(b.size) + (st,)](
             rp.prio, rp.sub, rp.tiles, K_scan.subs_per_tile(rp.scan_threads), rp.size, b.size, cfg.per_beta, self.k0,
-            self.k1, lr.step, lr.guard, b.idx, b.isw, lr.arrival(ARR.DRAW))
+            self.k1, lr.step, lr.guard, b.idx, b.isw, lr.arrival(ARR.DRAW), wd.features, rp.int_store, rp.float_store,
+            wd.n_features, N_POS, b.obs_pair, b.actions, b.ret, b.terminal)
 
     def _learn_steps(self, st):
         """Part 2 (update): forwards, C51 loss, backward, grad norm and guard."""
         S = self.state
         b, lr, nets = S.batch, S.learner, S.nets
-        yield from nets.online.forward_steps(lr.params, b.obs_pair)  # s and s' in one stacked forward
-        yield from nets.t2.forward_steps(lr.target, b.obs_next)
+        yield from nets.online.forward_steps(lr.params, b.obs_pair, head=False)  # s and s' in one stacked forward
+        yield from nets.t2.forward_steps(lr.target, b.obs_next, head=False)  # the heads: in the loss's launch
         yield from self._learn_tail_steps(st)
 
     def _update_learn_tail(self, st) -> None:
@@ -285,9 +260,11 @@ class DeviceTrainer:
         S, cfg = self.state, self.cfg
         b, lr, nets, sh = S.batch, S.learner, S.nets, S.shape
         nb = len(sh.branch_sizes)
-        K_c51.c51_loss_kernel[K_c51.loss_launch(b.size, sh.atoms, nb) + (st,)](
-            nets.s.logp, nets.s2.q, nets.t2.logp, b.actions, b.ret, b.terminal, cfg.gamma ** cfg.n_step, cfg.v_min,
-            cfg.v_max, sh.atoms, b.isw, nb, lr.branch_sizes, lr.branch_offsets, 1.0 / b.size, b.dhead, b.loss, b.size)
+        K_c51.c51_head_loss_kernel[K_c51.loss_launch(b.size, sh.atoms, nb) + (st,)](
+            nets.online.head, views(lr.params, sh)["b3"], nets.t2.head, views(lr.target, sh)["b3"], b.actions, b.ret,
+            b.terminal, cfg.gamma ** cfg.n_step, cfg.v_min, cfg.v_max, sh.atoms, b.isw, nb, lr.branch_sizes,
+            lr.branch_offsets, max(sh.branch_sizes), nets.online.support, 1.0 / b.size, nets.s.q, b.dhead, b.loss,
+            b.size)
 
     def _grad_norm_guard(self, st) -> None:
         S, cfg = self.state, self.cfg
