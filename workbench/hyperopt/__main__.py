@@ -15,10 +15,8 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 from rich.console import Console
 from rich.live import Live
-from rich.table import Table
 
 from .. import metrics as M
 from ..config import load_config, parse_override, to_toml
