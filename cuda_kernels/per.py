@@ -107,6 +107,14 @@ def draw_dev(prio, sub, tiles, subs_per_tile, n, batch, beta, k0, k1, step, i, l
 
 
 @device_function
+def draw_step_dev(step_arr, guard):
+    """The update counter a draw uses: ``step_arr[0]`` advanced by one unless ``guard[0]`` is set (after a trip
+    an update changes nothing that lasts). Every block reads it before the last one stores it
+    (``finish_draw_dev``)."""
+    return step_arr[0] + (1 if guard[0] == 0 else 0)
+
+
+@device_function
 def finish_draw_dev(step_arr, step, out_w, batch, arrivals, s, last):
     """The draw's last block to finish (``arrivals``: int32 [1], :func:`cuda_kernels.nb.last_to_arrive`)
     stores the advanced update counter and divides the weights by their largest (``s``: float32 [>=
@@ -136,7 +144,7 @@ def per_sample_kernel(prio, sub, tiles, subs_per_tile, size_arr, batch, beta, k0
     g = cuda.grid(1)
     lane = g % VOTE
     i = g // VOTE
-    step = step_arr[0] + (1 if guard[0] == 0 else 0)  # every block reads it before the last one stores it
+    step = draw_step_dev(step_arr, guard)
     j, w = draw_dev(prio, sub, tiles, subs_per_tile, size_arr[0], batch, beta, k0, k1, step, i, lane, VOTE)
     if i < batch and lane == 0:
         out_idx[i] = j

@@ -14,7 +14,7 @@ import numpy as np
 
 from .nb import VOTE, cuda, device_function, float32, float64, int32, int64, uint32, void, kernel
 from .nb import U, grid_wait
-from .per import draw_dev, finish_draw_dev
+from .per import draw_dev, draw_step_dev, finish_draw_dev
 from .philox import uniform4_dev, uniforms4_ref
 
 TAG_RESET = 0x5253
@@ -61,7 +61,7 @@ def draw_batch_kernel(prio, sub, tiles, subs_per_tile, size_arr, batch, beta, k0
     g = cuda.grid(1)
     lane = g % VOTE
     i = g // VOTE
-    step = step_arr[0] + (1 if guard[0] == 0 else 0)  # every block reads it before the last one stores it
+    step = draw_step_dev(step_arr, guard)
     j, w = draw_dev(prio, sub, tiles, subs_per_tile, size_arr[0], batch, beta, k0, k1, step, i, lane, VOTE)
     if i < batch:
         if lane == 0:

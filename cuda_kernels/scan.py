@@ -38,8 +38,7 @@ def scan_kernel(x, sub, tile_sums, n, fill, arrivals):
     Each thread adds its ``ITEMS`` adjacent elements (read straight from global memory: the warp's
     four loads cover its 512 bytes once between them), the first ``PER_SUB``-th of the threads a
     sub-tile's ``PER_SUB`` thread sums, left to right; the sub-tile totals are scanned in a
-    Hillis-Steele pattern (step ``off``: element i adds element i - off of the step before) between
-    two buffers, one barrier a step."""
+    Hillis-Steele pattern between two buffers (``_steps_dev``), one barrier a step."""
     grid_wait()
     ys = cuda.shared.array(MAX_THREADS, float64)
     ys2 = cuda.shared.array(MAX_THREADS, float64)  # the tile totals' scan: its second buffer
@@ -71,17 +70,7 @@ def scan_kernel(x, sub, tile_sums, n, fill, arrivals):
                 total += ys[tid * PER_SUB + j]
             za[tid] = total
         cuda.syncthreads()
-        off = 1
-        src = 0  # which buffer holds the step before: 0 za, 1 zb
-        while off < n_sub:
-            if tid < n_sub:
-                if src == 0:
-                    zb[tid] = za[tid] + (za[tid - off] if tid >= off else 0.0)
-                else:
-                    za[tid] = zb[tid] + (zb[tid - off] if tid >= off else 0.0)
-            cuda.syncthreads()
-            src = 1 - src
-            off *= 2
+        src = _steps_dev(za, zb, tid, n_sub, tid < n_sub)
         if tid < n_sub:
             v = za[tid] if src == 0 else zb[tid]
             sub[blk * n_sub + tid] = v
@@ -92,28 +81,38 @@ def scan_kernel(x, sub, tile_sums, n, fill, arrivals):
 
 
 @device_function
+def _steps_dev(a, b, tid, width, active):
+    """The steps of a Hillis-Steele scan of ``a[0:width)`` between the shared buffers ``a`` and ``b`` (step
+    ``off``: element i adds element i - off of the step before), one barrier a step, every thread of the
+    block calling it; the ``active`` threads write. Returns which buffer holds the result: 0 ``a``, 1 ``b``."""
+    off = 1
+    src = 0
+    while off < width:
+        if active:
+            if src == 0:
+                b[tid] = a[tid] + (a[tid - off] if tid >= off else 0.0)
+            else:
+                a[tid] = b[tid] + (b[tid - off] if tid >= off else 0.0)
+        cuda.syncthreads()
+        src = 1 - src
+        off *= 2
+    return src
+
+
+@device_function
 def _scan_tile_sums_dev(tile_sums, n_tiles, s, s2, tid, nt):
     """In place, one block: inclusive scan of the tile totals, chunk by chunk of ``nt``, each a Hillis-Steele
-    scan (step ``off``: element i adds element i - off of the step before) between the shared buffers
-    ``s`` and ``s2`` (>= nt float64 each), one barrier a step. The last chunk stops once ``off`` reaches
-    its live count: the steps after add only zeros to its live elements, and the carry they would have
-    completed is not used after it (a full chunk runs every step: the same sums as ever)."""
+    scan (``_steps_dev``) between the shared buffers ``s`` and ``s2`` (>= nt float64 each), one barrier a
+    step. The last chunk stops once the step reaches its live count: the steps after add only zeros to
+    its live elements, and the carry they would have completed is not used after it (a full chunk runs
+    every step: the same sums as ever)."""
     carry = 0.0
     for start in range(0, n_tiles, nt):
         i = start + tid
         live = min(nt, n_tiles - start)
         s[tid] = tile_sums[i] if i < n_tiles else 0.0
         cuda.syncthreads()
-        off = 1
-        src = 0  # which buffer holds the step before: 0 s, 1 s2
-        while off < live:
-            if src == 0:
-                s2[tid] = s[tid] + (s[tid - off] if tid >= off else 0.0)
-            else:
-                s[tid] = s2[tid] + (s2[tid - off] if tid >= off else 0.0)
-            cuda.syncthreads()
-            src = 1 - src
-            off *= 2
+        src = _steps_dev(s, s2, tid, live, True)
         v = s[tid] if src == 0 else s2[tid]
         if i < n_tiles:
             tile_sums[i] = v + carry
