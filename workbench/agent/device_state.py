@@ -293,10 +293,13 @@ def alloc_networks(device: Device, gemm, shape: NetShape, learner: Learner, n_en
                    backtest_rows: int, fused: bool = False) -> Networks:
     """The four networks' workspaces; ``fused``: their trunk's bias and ReLU inside the GEMMs where the
     GEMM backend can (cuBLASLt), the online network (the one that backpropagates) keeping ReLU masks
-    for a fused backward (:attr:`~workbench.agent.network.DeviceNetwork.fuses_backward`)."""
-    mk = lambda rows, masks=False: DeviceNetwork(device, gemm, shape, rows, learner.support,  # noqa: E731
-                                                 learner.branch_sizes, learner.branch_offsets, fused, masks)
-    return Networks(env=mk(n_envs), online=mk(2 * batch, True), t2=mk(batch), backtest=mk(backtest_rows))
+    for a fused backward (:attr:`~workbench.agent.network.DeviceNetwork.fuses_backward`). The update's two
+    (online, target) run their heads in the loss's launch, so they hold no head outputs of their own."""
+    mk = lambda rows, masks=False, head=True: DeviceNetwork(device, gemm, shape, rows, learner.support,  # noqa: E731
+                                                            learner.branch_sizes, learner.branch_offsets, fused,
+                                                            masks, head)
+    return Networks(env=mk(n_envs), online=mk(2 * batch, True, False), t2=mk(batch, head=False),
+                    backtest=mk(backtest_rows))
 
 
 class DeviceState(NamedTuple):

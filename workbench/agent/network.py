@@ -146,14 +146,17 @@ class DeviceNetwork:
     """Forward/backward for a fixed row count on preallocated device buffers."""
 
     def __init__(self, device, gemm, shape: NetShape, rows: int, support_dev, branch_sizes_dev, branch_offsets_dev,
-                 fused: bool = False, masks: bool = False):
+                 fused: bool = False, masks: bool = False, head: bool = True):
+        """``head``: whether this network runs its own dueling head (``logp``, ``q``); an update's networks
+        leave it to their loss (``c51.c51_head_loss_kernel``, which writes the online Q of s into ``q``),
+        so they hold no ``logp``."""
         self.device, self.gemm, self.shape, self.rows = device, gemm, shape, rows
         s = device.stream
         H, W, A = shape.hidden, shape.head_cols, shape.n_actions
         self.h1 = cuda.device_array((rows, H), np.float32, stream=s)
         self.h2 = cuda.device_array((rows, H), np.float32, stream=s)
         self.head = cuda.device_array((rows, W), np.float32, stream=s)
-        self.logp = cuda.device_array((rows, A, shape.atoms), np.float32, stream=s)
+        self.logp = cuda.device_array((rows, A, shape.atoms), np.float32, stream=s) if head else None
         self.q = cuda.device_array((rows, A), np.float32, stream=s)
         self.d2 = cuda.device_array((rows, H), np.float32, stream=s)
         self.d1 = cuda.device_array((rows, H), np.float32, stream=s)
@@ -234,6 +237,8 @@ class DeviceNetwork:
         yield Gemm(self.h2, p["W3"], self.head, 0, 0, self.gemm)  # its bias is added by the dueling head as it reads
         if not head:
             return
+        if self.logp is None:
+            raise ValueError("this network's dueling head runs in its loss's launch (DeviceNetwork(head=False))")
         nb = len(sh.branch_sizes)
         grid, block = c51.head_launch(self.rows, sh.atoms, nb)
         c51.dueling_head_kernel[grid, block, st](self.head, p["b3"], self.rows, nb, self.bsz, self.boff, sh.atoms,
