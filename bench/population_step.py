@@ -1,6 +1,6 @@
 """Population throughput at the reference shape (issue #15): agent-updates per second with P agents
-in one graph (``workbench.agent.population``: one branch per agent, one launch for all), fp32 and
-TF32 cuBLAS, against PyTorch's CUDA-graph replay of one agent's update in the same run.
+in one graph (``workbench.agent.population``: one branch per agent, one launch for all), fp32, TF32
+and bf16 cuBLAS, against PyTorch's CUDA-graph replay of one agent's update in the same run.
 
 Shape as ``bench/train_step.py`` (batch 1024, hidden 512, 51 atoms, 3x3 actions, 16 features, replay
 of 1M transitions per agent, filled by the agents' own envs: 4096 envs x 256 steps). Each agent has
@@ -24,7 +24,7 @@ import time
 from train_step import B, ATOMS, CAP, H, _window, ms_per_step, torch_update
 
 
-def population(P: int, steps: int, fused: bool = True, pdl_modes=()) -> dict:
+def population(P: int, steps: int, fused: bool = True, pdl_modes=(), maths=("fp32", "tf32", "bf16")) -> dict:
     from workbench.agent.gemm import GemmMeeting, make_gemm
     from workbench.agent.population import agent_bytes
     from workbench.agent.train_config import TrainConfig
@@ -60,7 +60,7 @@ def population(P: int, steps: int, fused: bool = True, pdl_modes=()) -> dict:
     for t in trainers:
         assert int(t.state.replay.size.copy_to_host()[0]) == CAP
     row = {"P": P, "bytes_per_agent": agent_bytes(trainers[0]), "setup_s": setup_s}
-    for math in ("fp32", "tf32"):
+    for math in maths:
         for t in trainers:
             t.gemm.set_math(math)
             t.side.gemm.set_math(math)
@@ -157,6 +157,7 @@ def main() -> int:
     a.add_argument("--sizes", default="1,4,16,32,64")
     a.add_argument("--steps", type=int, default=100)
     a.add_argument("--json")
+    a.add_argument("--maths", default="fp32,tf32,bf16", help="GEMM maths measured (comma list)")
     a.add_argument("--epilogues", choices=("fused", "kernels"), default="fused",
                    help="the trunk's bias + ReLU fused into cuBLASLt's GEMMs (where an agent's GEMMs run alone) "
                         "or our kernels after every GEMM")
@@ -166,7 +167,7 @@ def main() -> int:
     modes = [m for m in args.pdl.split(",") if m and m != "off"]
     rows = []
     for p in args.sizes.split(","):
-        rows.append(population(int(p), args.steps, args.epilogues == "fused", modes))
+        rows.append(population(int(p), args.steps, args.epilogues == "fused", modes, args.maths.split(",")))
         gc.collect()  # the previous population's buffers go before the next is allocated
         print(f"P={p}: {json.dumps(rows[-1])}", flush=True)
     torch_rows: list = []

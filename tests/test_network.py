@@ -82,7 +82,7 @@ def test_a_stacked_forward_equals_its_halves_alone(rng):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("obs_dim,hidden,atoms,rows", [(23, 512, 51, 1024), (10, 96, 5, 37)])
-@pytest.mark.parametrize("math", ["fp32", "tf32"])
+@pytest.mark.parametrize("math", ["fp32", "tf32", "bf16"])
 def test_fused_epilogues_match_our_kernels(rng, obs_dim, hidden, atoms, rows, math):
     """cuBLASLt's fused bias + ReLU (forward; in fp32 the ReLU mask kept) and ReLU-gradient +
     bias-gradient (fp32's backward, reading that mask: FUSED_BACKWARD_MATH) against the same network with
@@ -123,4 +123,4 @@ def test_fused_epilogues_match_our_kernels(rng, obs_dim, hidden, atoms, rows, ma
     for k in g_t:  # the bias gradients' sums run in another order
         scale = float(np.abs(g_f[k]).max()) or 1.0
         assert np.isfinite(g_t[k]).all(), f"{k} not written, seed {seed}"
-        assert float(np.abs(g_t[k] - g_f[k]).max()) <= 1e-5 * scale * (10 if math == "tf32" else 1), (k, seed)
+        assert float(np.abs(g_t[k] - g_f[k]).max()) <= 1e-5 * scale * (1 if math == "fp32" else 10), (k, seed)

@@ -186,7 +186,7 @@ class WalkForward:
             run_dir.write_json("data_report.json", bars.report.to_dict())
             run_dir.write_parquet("folds.parquet", folds)
             run_dir.write_json("folds.json", folds.to_dict(orient="records"))
-        where = backend.describe() if backend is not None else executor.describe() if agent and not here else None
+        where = backend.describe(cfg.gpu) if backend is not None else executor.describe() if agent and not here else None
         if progress:
             info = {"data": Path(bars.source).name if bars.source else "bars", "market": spec.name,
                     "strategy": cfg.strategy.name, "bars": len(bars)}

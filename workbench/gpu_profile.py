@@ -16,6 +16,8 @@ from .errors import ConfigError
 from .graph_edges import PORTS as PDL_MODES
 from .resources import config_dir
 
+MATHS = ("fp32", "tf32", "bf16")
+
 
 @dataclass(frozen=True)
 class GpuProfile:
@@ -27,7 +29,9 @@ class GpuProfile:
     n_envs: int = _f(256, "parallel environments")
     replay_vram_fraction: float = _f(0.05, "share of free device memory for the replay ring")
     gemm: str = _f("numba", "'cublas' or 'numba'")
-    math: str = _f("fp32", "'fp32' or 'tf32'")
+    math: str = _f("fp32", "the GEMMs' arithmetic: 'fp32', 'tf32' (tensor cores, inputs rounded to TF32) or 'bf16' "
+                           "(tensor cores, inputs rounded to bfloat16); float32 accumulation, weights and every "
+                           "other kernel in all three (cuBLAS only: the Numba GEMM computes fp32)")
     population: int = _f(0, "agents trained side by side in one graph: 0 = as many as fit in free device memory, "
                             "1 = one at a time")
     batched_gemm: bool = _f(False, "from 8 agents on, a population's agents' same GEMM of an update as one batched "
@@ -51,8 +55,8 @@ def load_profile(name_or_path: str) -> GpuProfile:
         known = ", ".join(sorted(p.stem for p in (config_dir() / "gpu").glob("*.toml")))
         raise ConfigError(f"unknown GPU profile '{name_or_path}'", f"known profiles: {known}")
     prof = _config.build(GpuProfile, _config.read_toml(path), prefix="gpu.")
-    if prof.gemm not in ("cublas", "numba") or prof.math not in ("fp32", "tf32"):
-        raise ConfigError(f"GPU profile {path}: gemm must be cublas|numba and math fp32|tf32")
+    if prof.gemm not in ("cublas", "numba") or prof.math not in MATHS:
+        raise ConfigError(f"GPU profile {path}: gemm must be cublas|numba and math {'|'.join(MATHS)}")
     if prof.pdl not in PDL_MODES:
         raise ConfigError(f"GPU profile {path}: pdl must be one of {', '.join(PDL_MODES)}")
     if not (0 < prof.replay_vram_fraction < 1) or prof.atoms < 2 or prof.atoms > 128 or prof.population < 0:

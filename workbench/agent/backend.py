@@ -4,7 +4,8 @@ from __future__ import annotations
 from cuda_kernels.nb import gpu_available
 
 from ..errors import ConfigError
-from ..gpu_profile import PDL_MODES, load_profile, select_profile
+from ..gpu_profile import MATHS, PDL_MODES, load_profile, select_profile
+from .gemm import set_math
 
 
 class Backend:
@@ -42,6 +43,8 @@ class Backend:
                 changes[switch] = changes[switch] == "on"
         if "pdl" in changes and changes["pdl"] not in PDL_MODES:
             raise ConfigError(f"gpu.pdl must be one of {', '.join(PDL_MODES)}, got {changes['pdl']!r}")
+        if "math" in changes and changes["math"] not in MATHS:
+            raise ConfigError(f"gpu.math must be one of {', '.join(MATHS)}, got {changes['math']!r}")
         return dataclasses.replace(self.profile, **changes) if changes else self.profile
 
     def trainer(self, cfg, spec, capital: float, seed: int, overrides=None):
@@ -50,7 +53,7 @@ class Backend:
             from .trainer import DeviceTrainer
 
             self._graph_edges(profile)
-
+            set_math(self.gemm, profile.math)
             return DeviceTrainer(self.device, self.gemm, profile, cfg, spec, capital, seed,
                                  side=self._side_maker("main", self.device, profile))
         from .cpu_trainer import CpuTrainer
@@ -68,6 +71,7 @@ class Backend:
             lane: Device = self.device.lane()
             self.lanes.append((lane, make_gemm(lane, profile.gemm, profile.math)))
         lane, gemm = self.lanes[i]
+        set_math(gemm, profile.math)
         self._graph_edges(profile)
         return DeviceTrainer(lane, gemm, profile, cfg, spec, capital, seed, side=self._side_maker(i, lane, profile))
 
@@ -95,15 +99,16 @@ class Backend:
 
         return make
 
-    def describe(self) -> str:
+    def describe(self, overrides=None) -> str:
+        """The backend with a run's ``[gpu]`` overrides applied (its GEMM math, epilogues)."""
         if self.kind == "gpu":
-            i = self.device.info
+            i, prof = self.device.info, self.sized(overrides)
             fused = getattr(self.gemm, "fuses_epilogues", False)
-            epi = ("bias+ReLU fused in cuBLASLt" if fused and self.profile.fused_epilogues else
+            epi = ("bias+ReLU fused in cuBLASLt" if fused and prof.fused_epilogues else
                    "bias+ReLU kernels" + ("" if fused or not getattr(self.gemm, "lt_error", "") else
                                           f" ({self.gemm.lt_error.split(':')[0]})"))
-            return (f"gpu {i.name} ({i.total_memory / 2**30:.0f} GiB), profile {self.profile.name}, "
-                    f"gemm {self.gemm.name}, {epi}")
+            gemm = f"cublas-{prof.math}" if hasattr(self.gemm, "set_math") else self.gemm.name
+            return f"gpu {i.name} ({i.total_memory / 2**30:.0f} GiB), profile {prof.name}, gemm {gemm}, {epi}"
         return f"cpu reference backend, profile {self.profile.name}"
 
 

@@ -29,12 +29,17 @@ def make_gemm(device: Device, prefer: str = "cublas", math: str = "fp32"):
         from ..cublas import Cublas, CublasUnavailable
 
         try:
-            g = Cublas(device, math=math)
-            g.name = f"cublas-{math}"
-            return g
+            return Cublas(device, math=math)
         except CublasUnavailable:
             pass
     return NumbaGemm(device)
+
+
+def set_math(gemm, math: str) -> None:
+    """A run's GEMM math (``gpu.math``) on a GEMM backend made for another run: cuBLAS applies it to
+    what is enqueued (captured) from now on; the Numba GEMM computes fp32 whatever is asked."""
+    if hasattr(gemm, "set_math") and gemm.math != math:
+        gemm.set_math(math)
 
 
 BATCH_MIN_AGENTS = 8  # a GEMM meeting batches from this many agents on (measured: GemmMeeting's docstring)

@@ -34,7 +34,7 @@ import numpy as np
 
 from ..device import Device, Readback
 from ..errors import ConfigError
-from .gemm import GemmMeeting, make_gemm
+from .gemm import GemmMeeting, make_gemm, set_math
 from .loop import EpochStats, run_agents
 from .network import DeviceNetwork
 from .records import FoldTrainResult
@@ -74,6 +74,7 @@ class GpuPopulation:
             return None
         if self.gemm is None:
             self.gemm = make_gemm(self.device, prof.gemm, prof.math)
+        set_math(self.gemm, prof.math)
         meet = GemmMeeting(self.device, self.gemm)
         return meet if meet.batches(len(ts)) else None
 
