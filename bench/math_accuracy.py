@@ -1,4 +1,4 @@
-"""The GEMM maths' accuracy in the update itself (#16): fp32, TF32 and bf16 at the reference shape.
+"""The GEMM maths' accuracy in the update itself (#16): fp32 and TF32 at the reference shape.
 
 For each math (``GpuProfile.math``) one agent as in ``bench/train_step.py`` (batch 1024, hidden 512, 51
 atoms, 3x3 actions, replay of 1M transitions filled by 4096 envs x 256 steps with epsilon 1, so every
@@ -14,7 +14,7 @@ at a time:
   fp32's relative to how far fp32's weights moved from the start. Past update 1 the maths sample
   different batches (priorities follow the losses), so this shows how rounding grows through training.
 
-Usage (GPU): ``python bench/math_accuracy.py [--steps 300] [--maths fp32,tf32,bf16] [--json OUT]``.
+Usage (GPU): ``python bench/math_accuracy.py [--steps 300] [--maths fp32,tf32] [--json OUT]``.
 The learning check's out-of-sample comparison over seeds is the other half (BENCHMARKS.md).
 """
 from __future__ import annotations
@@ -96,7 +96,7 @@ def run(math: str, steps: int, n_envs: int = 4096) -> dict:
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--steps", type=int, default=300)
-    p.add_argument("--maths", default="fp32,tf32,bf16")
+    p.add_argument("--maths", default="fp32,tf32")
     p.add_argument("--json")
     args = p.parse_args()
     runs = [run(m, args.steps) for m in args.maths.split(",")]

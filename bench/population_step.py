@@ -1,6 +1,6 @@
 """Population throughput at the reference shape (issue #15): agent-updates per second with P agents
-in one graph (``workbench.agent.population``: one branch per agent, one launch for all), fp32, TF32
-and bf16 cuBLAS, against PyTorch's CUDA-graph replay of one agent's update in the same run.
+in one graph (``workbench.agent.population``: one branch per agent, one launch for all), fp32 and
+TF32 cuBLAS, against PyTorch's CUDA-graph replay of one agent's update in the same run.
 
 Shape as ``bench/train_step.py`` (batch 1024, hidden 512, 51 atoms, 3x3 actions, 16 features, replay
 of 1M transitions per agent, filled by the agents' own envs: 4096 envs x 256 steps). Each agent has
@@ -24,7 +24,7 @@ import time
 from train_step import B, ATOMS, CAP, H, _window, ms_per_step, torch_update
 
 
-def population(P: int, steps: int, fused: bool = True, pdl_modes=(), maths=("fp32", "tf32", "bf16")) -> dict:
+def population(P: int, steps: int, fused: bool = True, pdl_modes=(), maths=("fp32", "tf32")) -> dict:
     from workbench.agent.gemm import GemmMeeting, make_gemm
     from workbench.agent.population import agent_bytes
     from workbench.agent.train_config import TrainConfig
@@ -157,7 +157,7 @@ def main() -> int:
     a.add_argument("--sizes", default="1,4,16,32,64")
     a.add_argument("--steps", type=int, default=100)
     a.add_argument("--json")
-    a.add_argument("--maths", default="fp32,tf32,bf16", help="GEMM maths measured (comma list)")
+    a.add_argument("--maths", default="fp32,tf32", help="GEMM maths measured (comma list)")
     a.add_argument("--epilogues", choices=("fused", "kernels"), default="fused",
                    help="the trunk's bias + ReLU fused into cuBLASLt's GEMMs (where an agent's GEMMs run alone) "
                         "or our kernels after every GEMM")

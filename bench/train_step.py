@@ -261,7 +261,7 @@ def main() -> int:
     p.add_argument("--json")
     p.add_argument("--pdl", default="programmatic,order",
                    help="programmatic-edge modes measured beside the plain graphs (comma-separated; '' for none)")
-    p.add_argument("--maths", default="fp32,tf32,bf16", help="GEMM maths measured (comma list)")
+    p.add_argument("--maths", default="fp32,tf32", help="GEMM maths measured (comma list)")
     args = p.parse_args()
     rows: list = []
     modes = [m for m in args.pdl.split(",") if m and m != "off"]

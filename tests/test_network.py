@@ -82,7 +82,7 @@ def test_a_stacked_forward_equals_its_halves_alone(rng):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("obs_dim,hidden,atoms,rows", [(23, 512, 51, 1024), (10, 96, 5, 37)])
-@pytest.mark.parametrize("math", ["fp32", "tf32", "bf16"])
+@pytest.mark.parametrize("math", ["fp32", "tf32"])
 def test_fused_epilogues_match_our_kernels(rng, obs_dim, hidden, atoms, rows, math):
     """cuBLASLt's fused bias + ReLU (forward; in fp32 the ReLU mask kept) and ReLU-gradient +
     bias-gradient (fp32's backward, reading that mask: FUSED_BACKWARD_MATH) against the same network with

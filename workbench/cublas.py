@@ -3,12 +3,14 @@ allocated under graph capture (seen working on the H200: captures into the same 
 kernels). Row-major matrices, the same contract as ``cuda_kernels.dense.gemm_kernel``:
 ``C = alpha * op(A) @ op(B) + beta * C``.
 
-Math modes (what a GPU profile's ``math`` names): ``fp32`` (default, CUBLAS_DEFAULT_MATH with TF32
-disallowed), ``tf32`` (CUBLAS_TF32_TENSOR_OP_MATH: SGEMM on tensor cores, inputs rounded to TF32) and
-``bf16`` (``cublasGemmEx`` with ``CUBLAS_COMPUTE_32F_FAST_16BF``: the same float32 matrices, rounded to
-bfloat16 inside the GEMM for the tensor cores, products accumulated in float32; the weights, Adam and
-every other kernel stay float32, so no buffer changes). A profile uses a tensor-core mode only once its
-accuracy against fp32 is shown (BENCHMARKS.md).
+Math modes (what a GPU profile's ``math`` and ``gpu.math`` name): ``fp32`` (default, CUBLAS_DEFAULT_MATH
+with TF32 disallowed) and ``tf32`` (CUBLAS_TF32_TENSOR_OP_MATH: SGEMM on tensor cores, inputs rounded to
+TF32, float32 accumulation), the latter only once its accuracy against fp32 is shown (BENCHMARKS.md).
+There is no bf16 mode: asked for bf16 arithmetic on float32 matrices (``cublasGemmEx`` and cuBLASLt with
+``CUBLAS_COMPUTE_32F_FAST_16BF``), cuBLAS ran TF32 kernels on the H200 (2026-12-05: a 512x384x256 GEMM's
+error 2.9e-4, TF32's, where rounding the inputs to bfloat16 gives ~1.3e-3; 300 updates bit for bit
+TF32's), so bf16 tensor cores need bfloat16 operands in memory (weights, activations and gradients
+copied to bfloat16), which is not built.
 """
 from __future__ import annotations
 
@@ -19,10 +21,7 @@ from cuda_kernels.nb import cuda
 from .device import Device, DeviceError, device_pointer
 
 OP_N, OP_T = 0, 1
-# cublasSetMathMode per math: CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION; TF32;
-# default (bf16's GEMMs name their compute type themselves)
-MATH = {"fp32": 0 | 16, "tf32": 3, "bf16": 0}
-R_32F, COMPUTE_32F_FAST_16BF, GEMM_DEFAULT = 0, 75, -1  # cudaDataType, cublasComputeType_t, cublasGemmAlgo_t
+MATH = {"fp32": 0 | 16, "tf32": 3}  # CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION; TF32
 
 
 class CublasUnavailable(DeviceError):
@@ -64,9 +63,6 @@ class Cublas:
                                                 ctypes.c_int, ctypes.c_void_p, ctypes.c_int,
                                                 ctypes.POINTER(ctypes.c_float), ctypes.c_void_p, ctypes.c_int,
                                                 ctypes.c_int]
-        i, p, f = ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.c_float)
-        self.lib.cublasGemmEx.argtypes = [p, i, i, i, i, i, f, p, i, i, p, i, i, f, p, i, i, i, i]
-        self.lib.cublasGemmBatchedEx.argtypes = [p, i, i, i, i, i, f, p, i, i, p, i, i, f, p, i, i, i, i, i]
 
     @staticmethod
     def _check(status: int, call: str) -> None:
@@ -101,13 +97,6 @@ class Cublas:
         lda = M if trans_a else K
         ldb = K if trans_b else N
         a, b = ctypes.c_float(alpha), ctypes.c_float(beta)
-        if self.math == "bf16":
-            self._check(self.lib.cublasGemmEx(self.handle, OP_T if trans_b else OP_N, OP_T if trans_a else OP_N, N, M, K,
-                                              ctypes.byref(a), ctypes.c_void_p(device_pointer(B)), R_32F, ldb,
-                                              ctypes.c_void_p(device_pointer(A)), R_32F, lda, ctypes.byref(b),
-                                              ctypes.c_void_p(device_pointer(C)), R_32F, N, COMPUTE_32F_FAST_16BF,
-                                              GEMM_DEFAULT), "cublasGemmEx")
-            return
         self._check(self.lib.cublasSgemm_v2(self.handle, OP_T if trans_b else OP_N, OP_T if trans_a else OP_N,
                                             N, M, K, ctypes.byref(a), ctypes.c_void_p(device_pointer(B)), ldb,
                                             ctypes.c_void_p(device_pointer(A)), lda, ctypes.byref(b),
@@ -115,20 +104,13 @@ class Cublas:
 
     def gemm_batched(self, ptrs, M: int, N: int, K: int, trans_a: int, trans_b: int, count: int) -> None:
         """``count`` row-major GEMMs of one shape, ``C_i[M, N] = op(A_i) @ op(B_i)``, as one
-        ``cublasSgemmBatched`` (``cublasGemmBatchedEx`` in bf16; the math applies as for :meth:`gemm`);
-        ``ptrs`` is a uint64 device array ``[3, count]`` of the A, B and C device addresses (read by the GPU when it runs)."""
+        ``cublasSgemmBatched`` (the handle's math mode applies, as for :meth:`gemm`); ``ptrs`` is a uint64
+        device array ``[3, count]`` of the A, B and C device addresses (read by the GPU when it runs)."""
         lda = M if trans_a else K
         ldb = K if trans_b else N
         a, b = ctypes.c_float(1.0), ctypes.c_float(0.0)
         base = device_pointer(ptrs)
         row = 8 * ptrs.shape[1]
-        if self.math == "bf16":
-            self._check(self.lib.cublasGemmBatchedEx(self.handle, OP_T if trans_b else OP_N, OP_T if trans_a else OP_N,
-                                                     N, M, K, ctypes.byref(a), ctypes.c_void_p(base + row), R_32F, ldb,
-                                                     ctypes.c_void_p(base), R_32F, lda, ctypes.byref(b),
-                                                     ctypes.c_void_p(base + 2 * row), R_32F, N, count,
-                                                     COMPUTE_32F_FAST_16BF, GEMM_DEFAULT), "cublasGemmBatchedEx")
-            return
         self._check(self.lib.cublasSgemmBatched(self.handle, OP_T if trans_b else OP_N, OP_T if trans_a else OP_N,
                                                 N, M, K, ctypes.byref(a), ctypes.c_void_p(base + row), ldb,
                                                 ctypes.c_void_p(base), lda, ctypes.byref(b),

@@ -55,8 +55,7 @@ class CublasLt:
             raise EpilogueUnavailable(f"cannot load cuBLASLt: {exc}", "pip install nvmath-python (the 'gpu' "
                                       "extra), or set gpu.fused_epilogues = 'off'") from exc
         self.L, self.device, self.workspace = L, device, workspace
-        self.compute = {"fp32": int(B.ComputeType.COMPUTE_32F), "tf32": int(B.ComputeType.COMPUTE_32F_FAST_TF32),
-                        "bf16": int(B.ComputeType.COMPUTE_32F_FAST_16BF)}
+        self.compute = {"fp32": int(B.ComputeType.COMPUTE_32F), "tf32": int(B.ComputeType.COMPUTE_32F_FAST_TF32)}
         self.math = math
         self.pref = L.matmul_preference_create()
         self._set(L.matmul_preference_set_attribute, L.get_matmul_preference_attribute_dtype, self.pref,

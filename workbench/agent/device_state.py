@@ -34,7 +34,8 @@ BYTES_PER_TRANSITION = K_ro.N_INT * 4 + K_ro.N_FLOAT * 4 + 4 + 4 + 8 / K_scan.SU
 
 
 class Mem:
-    """Allocation on the device's stream: uploads and zero-filled arrays (never inside a capture)."""
+    """Allocation on the device's stream: uploads, and arrays filled on the device (never inside a
+    capture)."""
 
     def __init__(self, device: Device):
         self.device, self.stream = device, device.stream
@@ -43,10 +44,12 @@ class Mem:
         return cuda.to_device(np.ascontiguousarray(x), stream=self.stream)
 
     def zeros(self, shape, dtype) -> object:
-        return cuda.to_device(np.zeros(shape, dtype), stream=self.stream)
+        return self.full(shape, 0, dtype)
 
     def full(self, shape, value, dtype) -> object:
-        return cuda.to_device(np.full(shape, value, dtype), stream=self.stream)
+        a = cuda.device_array(shape, dtype, stream=self.stream)
+        self.device.fill(a, value)
+        return a
 
 
 class WindowData(NamedTuple):
