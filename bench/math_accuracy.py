@@ -44,8 +44,8 @@ def reference(tr, params_host: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     s, s2 = pair[:B], pair[B:]
     support = S.nets.online.support.copy_to_host().astype(np.float64)
     a_s, a_s2 = forward_ref(params_host, s, shape, support), forward_ref(params_host, s2, shape, support)
-    t_s2 = forward_ref(params_host, s2, shape, support)  # the target equals the weights before update 1
-    dhead, loss = c51.c51_loss_ref(a_s["logp"], a_s2["q"], t_s2["logp"], b.actions.copy_to_host(),
+    # the target equals the weights before update 1, so its forward on s' is the online one's
+    dhead, loss = c51.c51_loss_ref(a_s["logp"], a_s2["q"], a_s2["logp"], b.actions.copy_to_host(),
                                    b.ret.copy_to_host().astype(np.float64), b.terminal.copy_to_host().astype(np.float64),
                                    cfg.gamma ** cfg.n_step, cfg.v_min, cfg.v_max, shape.atoms,
                                    b.isw.copy_to_host().astype(np.float64), list(shape.branch_sizes), 1.0 / B)
