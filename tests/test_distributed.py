@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import threading
 
 import numpy as np
 import pandas as pd
@@ -245,3 +246,39 @@ def test_workers_are_pinned_to_one_gpu_each():
         pinned = client.run(lambda: os.environ.get("CUDA_VISIBLE_DEVICES"))
         assert sorted(pinned.values()) == sorted(labels)
         assert all(w["resources"] == {"GPU": 1} for w in client.scheduler_info()["workers"].values())
+
+
+def cut_mid_send(marker: str, nbytes: int) -> bytes:
+    """A job whose worker dies while a large result leaves it: on the first run, every pipe write of more
+    than 64 KiB from this process stops halfway and the process is SIGKILLed (what an OOM kill or a crash
+    at that moment does)."""
+    from multiprocessing.connection import Connection
+
+    if not os.path.exists(marker):
+        open(marker, "w").close()
+        send = Connection._send
+
+        def cut(self, buf):
+            if len(buf) > 1 << 16:
+                send(self, memoryview(buf)[: len(buf) // 2])
+                os.kill(os.getpid(), signal.SIGKILL)
+            send(self, buf)
+
+        Connection._send = cut
+    return b"x" * nbytes
+
+
+def test_a_worker_killed_while_handing_over_a_large_result_does_not_hang_the_run(tmp_path):
+    """CPython's process pool waits forever for the rest of a result its dead worker was writing (the
+    parent holds the pipe's write end, so no end of file comes): results come back through a file."""
+    ex = ProcessExecutor(1)
+    out = []
+    job = threading.Thread(target=lambda: out.extend(ex.imap_unordered(cut_mid_send, [(str(tmp_path / "m"), 8 << 20)])),
+                           daemon=True)
+    job.start()
+    job.join(120)
+    if job.is_alive():  # unblock the pool's reader so that this process can still exit
+        ex._pools[0]._result_queue._writer.close()
+        pytest.fail("the run still waits, 120 s on, for a result its killed worker was sending")
+    ex.close()
+    assert out == [(0, b"x" * (8 << 20))]

@@ -5,7 +5,8 @@ One small interface, three implementations:
 - :class:`InlineExecutor` -- in this process, one job after another (the default; live epoch progress).
 - :class:`ProcessExecutor` -- ``--workers N``: N spawned processes on this host, each pinned to one GPU
   by ``CUDA_VISIBLE_DEVICES`` set in the child before its first CUDA call (on the CPU backend, N CPU
-  processes with no GPU visible). A worker that dies is restarted on its GPU and its job run again.
+  processes with no GPU visible). A worker that dies is restarted on its GPU and its job run again;
+  results come back through a file, so a worker killed while handing one over cannot hang the run.
 - :class:`DaskExecutor` -- ``--scheduler ADDRESS``: Dask's distributed scheduler across hosts. Workers
   are started on each host with one GPU each (``dask-cuda-worker ADDRESS`` pins them, or
   ``CUDA_VISIBLE_DEVICES=i dask worker ADDRESS --nthreads 1 --resources GPU=1``); each job asks for one
@@ -84,6 +85,26 @@ def _pin(visible: str) -> None:
     os.environ["CUDA_VISIBLE_DEVICES"] = visible
 
 
+def _job_to_file(fn: Callable, args: tuple, path: str) -> str:
+    """Worker side of :class:`ProcessExecutor`: run the job and write its result to ``path`` (whole, then
+    renamed), returning only the path. A result sent through the pool's pipe is written in pieces when it
+    is large, and a worker killed between two pieces leaves the parent's reader waiting forever for the
+    rest (CPython's ``ProcessPoolExecutor`` keeps the pipe's write end open in the parent, so no end of
+    file comes). The path is one short message: a pipe write that small is atomic (POSIX, PIPE_BUF)."""
+    result = fn(*args)
+    with open(path + ".part", "wb") as f:
+        pickle.dump(result, f, protocol=pickle.HIGHEST_PROTOCOL)
+    os.replace(path + ".part", path)
+    return path
+
+
+def _load_result(path: str):
+    with open(path, "rb") as f:
+        result = pickle.load(f)
+    os.unlink(path)
+    return result
+
+
 def visible_gpus() -> list[str]:
     """GPU ids this process may hand out: ``CUDA_VISIBLE_DEVICES`` if set, else every device the driver sees."""
     env = os.environ.get("CUDA_VISIBLE_DEVICES")
@@ -158,7 +179,8 @@ class ProcessExecutor:
                 i, slot = todo.popleft(), free.popleft()
                 if on_start and attempts[i] == 0:
                     on_start(i)
-                running[self._submit(slot, fn, jobs[i])] = (i, slot)
+                path = str(Path(self._tmp.name) / f"result_{i}_{attempts[i]}.pkl")
+                running[self._submit(slot, _job_to_file, (fn, jobs[i], path))] = (i, slot)
                 self._busy.add(slot)
             done, _ = cf.wait(running, return_when=cf.FIRST_COMPLETED)
             for fut in done:
@@ -166,7 +188,7 @@ class ProcessExecutor:
                 free.append(slot)
                 self._busy.discard(slot)
                 try:
-                    result = fut.result()
+                    result = _load_result(fut.result())
                 except cf.process.BrokenProcessPool:  # the worker died: a fresh one on the same GPU
                     self._reset(slot)
                     attempts[i] += 1
