@@ -53,8 +53,7 @@ def resolve(obj):
     """In a job: the object behind a :class:`Shared` handle (loaded once per process), else ``obj``."""
     if isinstance(obj, Shared):
         if obj.path not in _SHARED_CACHE:
-            with open(obj.path, "rb") as f:
-                _SHARED_CACHE[obj.path] = pickle.load(f)
+            _SHARED_CACHE[obj.path] = _read(obj.path)
         return _SHARED_CACHE[obj.path]
     return obj
 
@@ -85,22 +84,32 @@ def _pin(visible: str) -> None:
     os.environ["CUDA_VISIBLE_DEVICES"] = visible
 
 
-def _job_to_file(fn: Callable, args: tuple, path: str) -> str:
-    """Worker side of :class:`ProcessExecutor`: run the job and write its result to ``path`` (whole, then
-    renamed), returning only the path. A result sent through the pool's pipe is written in pieces when it
-    is large, and a worker killed between two pieces leaves the parent's reader waiting forever for the
-    rest (CPython's ``ProcessPoolExecutor`` keeps the pipe's write end open in the parent, so no end of
-    file comes). The path is one short message: a pipe write that small is atomic (POSIX, PIPE_BUF)."""
-    result = fn(*args)
+def _write(obj, path: str) -> None:
+    """``obj`` pickled to ``path``, whole (written beside it, then renamed): :class:`ProcessExecutor`'s
+    shared arguments and its jobs' results."""
     with open(path + ".part", "wb") as f:
-        pickle.dump(result, f, protocol=pickle.HIGHEST_PROTOCOL)
+        pickle.dump(obj, f, protocol=pickle.HIGHEST_PROTOCOL)
     os.replace(path + ".part", path)
+
+
+def _read(path: str):
+    with open(path, "rb") as f:
+        return pickle.load(f)
+
+
+def _job_to_file(fn: Callable, args: tuple, path: str) -> str:
+    """Worker side of :class:`ProcessExecutor`: run the job and write its result to ``path``, returning
+    only the path. A result sent through the pool's pipe is written in pieces when it is large, and a
+    worker killed between two pieces leaves the parent's reader waiting forever for the rest (CPython's
+    ``ProcessPoolExecutor`` keeps the pipe's write end open in the parent, so no end of file comes). The
+    path is one short message: a pipe write that small is atomic (POSIX, PIPE_BUF)."""
+    _write(fn(*args), path)
     return path
 
 
 def _load_result(path: str):
-    with open(path, "rb") as f:
-        result = pickle.load(f)
+    """A job's result written by :func:`_job_to_file`, its file removed."""
+    result = _read(path)
     os.unlink(path)
     return result
 
@@ -165,8 +174,7 @@ class ProcessExecutor:
     def share(self, obj) -> Shared:
         path = Path(self._tmp.name) / f"shared_{self._shared}.pkl"
         self._shared += 1
-        with open(path, "wb") as f:
-            pickle.dump(obj, f, protocol=pickle.HIGHEST_PROTOCOL)
+        _write(obj, str(path))
         return Shared(str(path))
 
     def imap_unordered(self, fn: Callable, jobs: list[tuple], on_start=None) -> Iterator[tuple[int, object]]:
