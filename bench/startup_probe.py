@@ -1,5 +1,5 @@
 """Where a GPU process's fixed start-up and exit go (#15's wall targets): imports, the CUDA context, each
-kernel's load from the on-disk cache (the dispatcher made from its signature, then its module loaded),
+kernel's load from the on-disk cache (its cubin loaded raw, or Numba's dispatcher on a miss),
 and the exit of a process that holds a population's device memory.
 
 Each part runs in a fresh process (as a walk-forward starts), after one process has filled the kernel
@@ -7,9 +7,10 @@ cache (``WORKBENCH_KERNEL_CACHE`` is set to a temporary directory unless it is s
 
 - ``imports``: ``import workbench.walkforward`` (numba.cuda, pandas and our modules);
 - ``context``: the CUDA context's creation;
-- per kernel: ``dispatcher_ms`` (Numba's dispatcher from the signature: the cache index and entry read,
-  the kernel rebuilt) and ``bind_ms`` (its module loaded into the context), and whether the cached
-  entry held a cubin (``cubin_cached``: False means the PTX is linked again on every load);
+- per kernel: ``load_ms`` (its cubin read from the kernel cache and loaded into the context, or on a miss
+  Numba's dispatcher built) and ``dispatcher_built``; then one launch (``first_launch_ms``), and how long
+  Numba's CUDA typing took to initialise if anything initialised it (``numba_typing_refreshes_s``, empty
+  when nothing did: what the raw launch of ``cuda_kernels.launch`` avoids);
 - ``exit``: the wall time of a process that allocates ``--agents`` x ``--mib`` MiB in ``--buffers``
   buffers each and exits, less the same process allocating nothing (freeing at interpreter exit), and
   the time to free the same buffers explicitly inside the process.
@@ -32,17 +33,32 @@ _HELD: list = []  # the device buffers a child keeps until its exit (or frees fi
 
 
 def _child_kernels() -> dict:
-    """In a fresh process: imports, context, then every declared kernel's dispatcher and module load."""
+    """In a fresh process: imports, context, then every declared kernel's load into the context (raw from
+    its cached cubin, ``cuda_kernels.launch``; through Numba's dispatcher on a miss), and one launch.
+    Whether Numba's CUDA typing was initialised (what the first dispatcher costs) is recorded."""
     t0 = time.perf_counter()
     import workbench.walkforward  # noqa: F401  (what the CLI imports first)
     t1 = time.perf_counter()
     import importlib
     import pkgutil
 
+    import numpy as np
+
     import cuda_kernels
     from cuda_kernels.nb import KERNELS
     from numba import cuda
+    from numba.cuda.descriptor import cuda_target
 
+    typing = cuda_target.typing_context
+    refreshes = []
+    orig_refresh = typing.refresh
+
+    def refresh():
+        a = time.perf_counter()
+        orig_refresh()
+        refreshes.append(time.perf_counter() - a)
+
+    typing.refresh = refresh
     for mod in pkgutil.iter_modules(cuda_kernels.__path__):
         if mod.name not in ("nb", "ptx_check"):
             importlib.import_module(f"cuda_kernels.{mod.name}")
@@ -52,15 +68,18 @@ def _child_kernels() -> dict:
     rows = []
     for k in KERNELS:
         a = time.perf_counter()
-        disp = k.dispatcher
-        b = time.perf_counter()
-        libs = [o._codelibrary for o in disp.overloads.values()]
-        cubin = all(bool(getattr(lib, "_cubin_cache", None)) for lib in libs)
         k.load()
-        c = time.perf_counter()
-        rows.append({"kernel": k.__name__, "dispatcher_ms": 1e3 * (b - a), "bind_ms": 1e3 * (c - b),
-                     "cubin_cached": cubin})
-    return {"imports_s": t1 - t0, "kernel_modules_s": t2 - t1, "context_s": t3 - t2, "kernels": rows}
+        rows.append({"kernel": k.__name__, "load_ms": 1e3 * (time.perf_counter() - a),
+                     "dispatcher_built": k._dispatcher is not None})
+    from cuda_kernels import optim
+
+    arr = cuda.device_array(1024, np.float32)
+    t4 = time.perf_counter()
+    optim.fill_kernel[4, 256](arr, 1.0)
+    cuda.synchronize()
+    t5 = time.perf_counter()
+    return {"imports_s": t1 - t0, "kernel_modules_s": t2 - t1, "context_s": t3 - t2, "kernels": rows,
+            "first_launch_ms": 1e3 * (t5 - t4), "numba_typing_refreshes_s": refreshes}
 
 
 def _child_alloc(agents: int, mib: int, buffers: int, free: bool) -> dict:
@@ -124,18 +143,18 @@ def main() -> int:
         freed, freed_wall = _run_child(["--child", "alloc-free", *sizes], env)
     ks = warm["kernels"]
     res = {"imports_s": warm["imports_s"], "kernel_modules_s": warm["kernel_modules_s"], "context_s": warm["context_s"],
-           "kernels_dispatcher_s": sum(k["dispatcher_ms"] for k in ks) / 1e3,
-           "kernels_bind_s": sum(k["bind_ms"] for k in ks) / 1e3,
-           "kernels_with_cubin_cached": sum(k["cubin_cached"] for k in ks), "kernels": ks, "process_wall_s": wall,
+           "kernels_load_s": sum(k["load_ms"] for k in ks) / 1e3,
+           "dispatchers_built": sum(k["dispatcher_built"] for k in ks), "first_launch_ms": warm["first_launch_ms"],
+           "numba_typing_refreshes_s": warm["numba_typing_refreshes_s"], "kernels": ks, "process_wall_s": wall,
            "exit": {"agents": args.agents, "mib_per_agent": args.mib, "buffers_per_agent": args.buffers,
                     "alloc_s": held["alloc_s"], "free_in_process_s": freed["free_s"],
                     "wall_holding_s": held_wall, "wall_nothing_s": none_wall, "wall_after_free_s": freed_wall}}
     print(f"imports {res['imports_s']:.2f} s, kernel modules {res['kernel_modules_s']:.2f} s, context "
-          f"{res['context_s']:.2f} s; {len(ks)} kernels: dispatchers {res['kernels_dispatcher_s']:.2f} s, module "
-          f"loads {res['kernels_bind_s']:.2f} s, {res['kernels_with_cubin_cached']} with a cached cubin")
-    for k in sorted(ks, key=lambda k: -(k["dispatcher_ms"] + k["bind_ms"]))[:8]:
-        print(f"  {k['kernel']:34s} dispatcher {k['dispatcher_ms']:6.1f} ms, bind {k['bind_ms']:6.1f} ms, "
-              f"cubin cached {k['cubin_cached']}")
+          f"{res['context_s']:.2f} s; {len(ks)} kernels loaded in {res['kernels_load_s']:.3f} s, "
+          f"{res['dispatchers_built']} Numba dispatchers built, Numba typing refreshed "
+          f"{len(res['numba_typing_refreshes_s'])} times ({sum(res['numba_typing_refreshes_s']):.2f} s); first launch {res['first_launch_ms']:.1f} ms")
+    for k in sorted(ks, key=lambda k: -k["load_ms"])[:5]:
+        print(f"  {k['kernel']:34s} load {k['load_ms']:6.1f} ms, dispatcher built {k['dispatcher_built']}")
     e = res["exit"]
     print(f"{args.agents} agents x {args.mib} MiB in {args.buffers} buffers each: allocated in {e['alloc_s']:.2f} s, "
           f"freed in the process in {e['free_in_process_s']:.2f} s; process wall holding them "

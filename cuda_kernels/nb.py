@@ -10,6 +10,8 @@ per hash of every source file of this package and the Numba versions. Numba's ow
 entry when its function's file or signature changes, but not when a device function it calls from
 another file changes: keying the directory on the whole package closes that gap. Numba writes cache
 files to a temporary name and renames them, so concurrent worker processes share one directory safely.
+On a GPU, kernels launch from their cubins through the driver (``cuda_kernels.launch``, which reads the
+cubin and entry name of Numba's compiled overload once and keeps them in ``CACHE_DIR/cubin``).
 """
 from __future__ import annotations
 
@@ -84,7 +86,9 @@ class Kernel:
     package); compiling lazily without a signature would let Python floats specialise kernels to
     float64. This wrapper does neither: ``kernel[grid, block, stream](...)`` compiles once with
     ``signature`` (argument values are cast to it), and ``compile_ptx()`` checks the same signature
-    without a GPU. Numba keeps the loaded module per device; we never reset a context in-process.
+    without a GPU. On a GPU the compiled cubin is then launched by the driver directly
+    (:mod:`cuda_kernels.launch`, cached beside Numba's entries), so a process with a warm cache never
+    builds a Numba dispatcher. Modules stay loaded per context; we never reset a context in-process.
 
     ``jit`` holds further ``cuda.jit`` options for the device build (``max_registers``: a cap that buys
     occupancy for a kernel bound by it, measured before it is set); the simulator ignores them.
@@ -97,6 +101,8 @@ class Kernel:
         self.__name__ = py_func.__name__
         self.__doc__ = py_func.__doc__
         self._dispatcher = None
+        self._specs = None
+        self.functions: dict = {}  # context handle -> (module, CUfunction) of the raw launch (cuda_kernels.launch)
 
     @property
     def dispatcher(self):
@@ -104,14 +110,40 @@ class Kernel:
             self._dispatcher = cuda.jit(self.signature, cache=CACHE and not SIMULATOR, **self.jit)(self.py_func)
         return self._dispatcher
 
+    @property
+    def specs(self):
+        """Per parameter, what the raw launch packs (``cuda_kernels.launch.arg_specs``); None when a
+        parameter type is one it does not lay out (the kernel then launches through the dispatcher)."""
+        if self._specs is None:
+            from .launch import arg_specs
+
+            try:
+                self._specs = arg_specs(self.signature)
+            except NotImplementedError:
+                self._specs = False
+        return self._specs or None
+
     def __getitem__(self, launch_config):
-        return self.dispatcher[launch_config]
+        """``kernel[grid, block(, stream(, shared bytes))](*args)``. On a GPU: the cubin launched with
+        ``cuLaunchKernel`` (:mod:`cuda_kernels.launch`; no Numba dispatcher, whose first use costs every
+        process ~0.7 s); in the simulator, or for a parameter type the raw launch does not lay out,
+        Numba's dispatcher."""
+        if SIMULATOR or self.specs is None:
+            return self.dispatcher[launch_config]
+        from .launch import RawLaunch
+
+        return RawLaunch(self, launch_config)
 
     def load(self) -> None:
         """Compile (or read from the on-disk cache) and load into the current context, without a launch:
         a graph captured afterwards holds the loaded function, and nothing ran that must be undone."""
         if SIMULATOR:
             return
+        if self.specs is not None:
+            from .launch import load_function
+
+            if load_function(self, CACHE_DIR) is not None:
+                return
         for overload in self.dispatcher.overloads.values():
             overload.bind()
 

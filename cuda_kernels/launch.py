@@ -1,0 +1,232 @@
+"""Kernels launched from their cubins with the driver's ``cuLaunchKernel``, without Numba's dispatcher.
+
+Why: the first Numba dispatcher a process makes initialises Numba's CUDA typing, 0.66 s of every GPU
+process on the H200 with the kernel cache warm (``bench/startup_probe.py``), although every kernel here
+has a declared signature and a cached cubin. So on a GPU each :class:`cuda_kernels.nb.Kernel` keeps
+its cubin and entry name in the kernel cache (one file per kernel and compute capability, beside
+Numba's entries and keyed on the same sources), loads it with ``cuModuleLoadData`` and launches it with
+the arguments laid out as Numba's kernels take them: per array its meminfo and parent (null), item
+count, item size, data pointer, shape and strides in bytes; scalars as their C types. On a cache miss
+the kernel is compiled (or read from Numba's cache) once through the dispatcher and the file written.
+
+An argument that is not a device array (a host array, which Numba's dispatcher would copy over) sends
+that launch through the dispatcher as before; a device array of the wrong dtype, rank or layout is
+refused with the argument named, as the dispatcher refuses it. The simulator never comes here.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+from pathlib import Path
+
+import numpy as np
+
+from . import nb
+
+_C_SCALARS = {"int8": ctypes.c_int8, "int16": ctypes.c_int16, "int32": ctypes.c_int32, "int64": ctypes.c_int64,
+              "uint8": ctypes.c_uint8, "uint16": ctypes.c_uint16, "uint32": ctypes.c_uint32,
+              "uint64": ctypes.c_uint64, "float32": ctypes.c_float, "float64": ctypes.c_double,
+              "bool": ctypes.c_bool}
+_P, _I = ctypes.c_void_p, ctypes.c_int64
+
+
+class ArraySpec:
+    """What an array parameter must be: its dtype, rank and whether it must be C-contiguous."""
+
+    __slots__ = ("dtype", "ndim", "c_only")
+
+    def __init__(self, dtype: np.dtype, ndim: int, c_only: bool):
+        self.dtype, self.ndim, self.c_only = dtype, ndim, c_only
+
+
+def arg_specs(signature) -> list:
+    """Per parameter of a Numba kernel signature: an :class:`ArraySpec`, or the ctypes type of a scalar.
+    Raises NotImplementedError for a parameter type the raw launch does not lay out (records, tuples, ...)."""
+    out = []
+    for ty in signature.args:
+        layout = getattr(ty, "layout", None)
+        if layout is not None and hasattr(ty, "ndim"):
+            if layout not in ("C", "A"):
+                raise NotImplementedError(f"array layout {layout!r}")
+            out.append(ArraySpec(np.dtype(str(ty.dtype)), int(ty.ndim), layout == "C"))
+        elif str(ty) in _C_SCALARS:
+            out.append(_C_SCALARS[str(ty)])
+        else:
+            raise NotImplementedError(f"parameter type {ty}")
+    return out
+
+
+def c_strides(shape, itemsize: int) -> tuple[int, ...]:
+    strides, step = [], itemsize
+    for n in reversed(shape):
+        strides.append(step)
+        step *= max(int(n), 1)
+    return tuple(reversed(strides))
+
+
+def pack(name: str, specs: list, args: tuple):
+    """The launch's kernel parameters as ``(values, ctypes types)`` (cuda-bindings' form of
+    ``kernelParams``), or None when an array argument is not on the device (the caller then launches
+    through Numba's dispatcher). Raises TypeError, naming the argument, for a wrong count, dtype, rank or
+    layout."""
+    if len(args) != len(specs):
+        raise TypeError(f"{name} takes {len(specs)} arguments, {len(args)} given")
+    values, types = [], []
+    for i, (spec, a) in enumerate(zip(specs, args)):
+        if not isinstance(spec, ArraySpec):
+            values.append(a)
+            types.append(spec)
+            continue
+        cai = getattr(a, "__cuda_array_interface__", None)
+        if cai is None:
+            return None
+        shape = tuple(int(n) for n in cai["shape"])
+        dtype = np.dtype(cai["typestr"])
+        if dtype != spec.dtype or len(shape) != spec.ndim:
+            raise TypeError(f"{name}: argument {i} is a {dtype} array of rank {len(shape)}; the kernel takes "
+                            f"{spec.dtype} of rank {spec.ndim}")
+        dense = c_strides(shape, dtype.itemsize)
+        strides = tuple(int(s) for s in cai["strides"]) if cai.get("strides") else dense
+        if spec.c_only and strides != dense and 0 not in shape and any(
+                n > 1 and s != d for n, s, d in zip(shape, strides, dense)):
+            raise TypeError(f"{name}: argument {i} is not C-contiguous (strides {strides}); the kernel takes a "
+                            f"C-contiguous array")
+        values += [0, 0, int(np.prod(shape)), dtype.itemsize, int(cai["data"][0] or 0), *shape, *strides]
+        types += [_P, _P, _I, _I, _P] + [_I] * (2 * len(shape))
+    return values, types
+
+
+def _dims(d) -> tuple[int, int, int]:
+    d = tuple(d) if isinstance(d, (tuple, list)) else (d,)
+    if not 1 <= len(d) <= 3:
+        raise ValueError(f"a launch dimension has 1 to 3 entries, not {d}")
+    return tuple(int(x) for x in d) + (1,) * (3 - len(d))
+
+
+def _stream_handle(stream) -> int:
+    if stream is None or (isinstance(stream, int) and stream == 0):
+        return 0
+    return int(stream)  # a Numba stream (its handle) or a raw handle
+
+
+# ---- the cubin, from the kernel cache or from Numba once ----
+
+def cache_path(kernel, cc: tuple[int, int], cache_dir: str | None) -> Path | None:
+    if not cache_dir:
+        return None
+    return Path(cache_dir) / "cubin" / f"{kernel.py_func.__module__}.{kernel.__name__}_sm{cc[0]}{cc[1]}.bin"
+
+
+def read_entry(path: Path | None) -> tuple[str, bytes] | None:
+    """(entry name, cubin) from a cache file: the entry's name, a newline, then the cubin's bytes."""
+    if path is None or not path.is_file():
+        return None
+    entry, sep, cubin = path.read_bytes().partition(b"\n")
+    return (entry.decode(), cubin) if sep and entry and cubin else None
+
+
+def write_entry(path: Path | None, entry: str, cubin: bytes) -> None:
+    if path is None:
+        return
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_bytes(entry.encode() + b"\n" + bytes(cubin))
+        os.replace(tmp, path)  # atomic: concurrent workers never read half a file
+    except OSError:  # the cache is a convenience: the cubin in hand is used all the same
+        tmp.unlink(missing_ok=True)
+
+
+def numba_entry(kernel, cc: tuple[int, int]) -> tuple[str, bytes] | None:
+    """(entry name, cubin) of the kernel's one overload through Numba's dispatcher (compiled, or read from
+    Numba's cache); None when its module needs Numba's own set-up at load or a cooperative launch, which
+    the raw launch does not do (the kernel then always goes through the dispatcher)."""
+    overloads = list(kernel.dispatcher.overloads.values())
+    if len(overloads) != 1:
+        return None
+    ov = overloads[0]
+    lib = ov._codelibrary
+    if getattr(lib, "_setup_functions", None) or getattr(ov, "cooperative", False) or getattr(ov, "debug", False):
+        return None
+    return lib._entry_name, lib.get_cubin(cc=cc)
+
+
+def _check(result, call: str):
+    from cuda.bindings import driver as drv
+
+    err = result[0] if isinstance(result, tuple) else result
+    if err != drv.CUresult.CUDA_SUCCESS:
+        _, msg = drv.cuGetErrorName(err)
+        raise RuntimeError(f"{call} failed: {msg.decode() if isinstance(msg, bytes) else msg}")
+    return result[1] if isinstance(result, tuple) and len(result) == 2 else None
+
+
+def current_context() -> int:
+    """The current CUDA context's handle, Numba's primary context made current first if none is."""
+    from cuda.bindings import driver as drv
+
+    ctx = int(_check(drv.cuCtxGetCurrent(), "cuCtxGetCurrent"))
+    if ctx == 0:
+        nb.cuda.current_context()
+        ctx = int(_check(drv.cuCtxGetCurrent(), "cuCtxGetCurrent"))
+    return ctx
+
+
+def compute_capability() -> tuple[int, int]:
+    from cuda.bindings import driver as drv
+
+    dev = _check(drv.cuCtxGetDevice(), "cuCtxGetDevice")
+    A = drv.CUdevice_attribute
+    return tuple(int(_check(drv.cuDeviceGetAttribute(a, dev), "cuDeviceGetAttribute"))
+                 for a in (A.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
+                           A.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR))
+
+
+def load_function(kernel, cache_dir: str | None):
+    """The kernel's CUfunction in the current context (loaded once per context), or None when it must go
+    through Numba's dispatcher (see :func:`numba_entry`)."""
+    from cuda.bindings import driver as drv
+
+    ctx = current_context()
+    if ctx in kernel.functions:
+        return kernel.functions[ctx][1]
+    cc = compute_capability()
+    path = cache_path(kernel, cc, cache_dir)
+    found = read_entry(path)
+    if found is None:
+        found = numba_entry(kernel, cc)
+        if found is None:
+            kernel.functions[ctx] = (None, None)
+            return None
+        write_entry(path, *found)
+    entry, cubin = found
+    module = _check(drv.cuModuleLoadData(cubin), f"cuModuleLoadData ({kernel.__name__})")
+    fn = _check(drv.cuModuleGetFunction(module, entry.encode()), f"cuModuleGetFunction ({kernel.__name__})")
+    kernel.functions[ctx] = (module, fn)
+    return fn
+
+
+class RawLaunch:
+    """``kernel[grid, block(, stream(, shared bytes))]`` on a GPU: calling it launches the kernel."""
+
+    __slots__ = ("kernel", "config", "grid", "block", "stream", "shared")
+
+    def __init__(self, kernel, config):
+        cfg = tuple(config) if isinstance(config, tuple) else (config,)
+        if not 2 <= len(cfg) <= 4:
+            raise ValueError(f"{kernel.__name__}: a launch takes [grid, block(, stream(, shared bytes))], got {cfg}")
+        self.kernel, self.config = kernel, config
+        self.grid, self.block = _dims(cfg[0]), _dims(cfg[1])
+        self.stream = _stream_handle(cfg[2] if len(cfg) > 2 else 0)
+        self.shared = int(cfg[3]) if len(cfg) > 3 else 0
+
+    def __call__(self, *args):
+        from cuda.bindings import driver as drv
+
+        k = self.kernel
+        params = pack(k.__name__, k.specs, args)
+        fn = load_function(k, nb.CACHE_DIR) if params is not None else None
+        if fn is None:
+            return k.dispatcher[self.config](*args)
+        _check(drv.cuLaunchKernel(fn, *self.grid, *self.block, self.shared, drv.CUstream(self.stream), params, 0),
+               f"cuLaunchKernel ({k.__name__})")
