@@ -109,3 +109,22 @@ def test_closing_on_the_roll_bar_costs_one_trade_not_three(es_bars):
     # reversing 1 -> -1 across the roll: nothing carried, two contracts trade once
     r = simulate(np.array([1, 1, -1, -1, 0, 0]), es_bars)
     assert r.commission[3] == pytest.approx(2 * 2.15) and r.slippage[3] == pytest.approx(2 * 12.5)
+
+
+def test_warm_up_compiles_the_types_the_real_calls_use(bars):
+    """The GPU path's background warm-up (engine._run_populations) must load the very specialisation a
+    fold's backtest then calls (market orders) and the agent's (passive orders with limits), or it
+    buys nothing: no new one appears after it."""
+    from workbench.accounting import _simulate_core, warm_up
+
+    t = warm_up(bars)
+    t.join(120)
+    assert not t.is_alive()
+    before = list(_simulate_core.signatures)
+    assert before
+    part = bars.slice(100, 400)
+    simulate(np.ones(len(part)), part)
+    order = np.zeros(len(part), np.int8)
+    order[::7] = 1
+    simulate(np.ones(len(part)), part, order=order, limit=part.column("close").copy(), ruin_level=50_000.0)
+    assert list(_simulate_core.signatures) == before

@@ -16,7 +16,7 @@ import numpy as np
 
 from . import metrics as M
 from .account import Account, account_for
-from .accounting import simulate
+from .accounting import simulate, warm_up
 from .agent.backend import make_backend
 from .agent.ensemble import finish_fold
 from .agent.gemm import BATCH_MIN_AGENTS
@@ -318,6 +318,7 @@ class WalkForward:
 
         on_epoch = (lambda k, s, log: progress.epoch(k, log, cfg.training.epochs) if s == 0 else None) if progress else None
         left, seeds = list(todo), {k: {} for k in todo}
+        warm_up(prep.bars, prep.spec)  # the CPU accounting's one-off load, while the GPU trains
         try:
             for k, s, trained in train_folds(todo, prep, cfg, backend, on_epoch, on_group):
                 seeds[k][s] = trained
