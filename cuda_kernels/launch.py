@@ -93,7 +93,7 @@ def pack(name: str, specs: list, args: tuple):
                             f"C-contiguous array")
         values += [0, 0, int(np.prod(shape)), dtype.itemsize, int(cai["data"][0] or 0), *shape, *strides]
         types += [_P, _P, _I, _I, _P] + [_I] * (2 * len(shape))
-    return values, types
+    return tuple(values), tuple(types)
 
 
 def _dims(d) -> tuple[int, int, int]:
@@ -131,7 +131,7 @@ def write_entry(path: Path | None, entry: str, cubin: bytes) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_bytes(entry.encode() + b"\n" + bytes(cubin))
+        tmp.write_bytes(entry.encode() + b"\n" + cubin)
         os.replace(tmp, path)  # atomic: concurrent workers never read half a file
     except OSError:  # the cache is a convenience: the cubin in hand is used all the same
         tmp.unlink(missing_ok=True)
@@ -148,7 +148,11 @@ def numba_entry(kernel, cc: tuple[int, int]) -> tuple[str, bytes] | None:
     lib = ov._codelibrary
     if getattr(lib, "_setup_functions", None) or getattr(ov, "cooperative", False) or getattr(ov, "debug", False):
         return None
-    return lib._entry_name, lib.get_cubin(cc=cc)
+    cubin = lib.get_cubin(cc=cc)
+    cubin = getattr(cubin, "code", cubin)  # numba-cuda 0.30 hands a cuda.core ObjectCode, older ones bytes
+    if not isinstance(cubin, (bytes, bytearray)):
+        return None  # a path, not an image in memory: leave it to the dispatcher
+    return lib._entry_name, bytes(cubin)
 
 
 def _check(result, call: str):

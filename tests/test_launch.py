@@ -54,9 +54,9 @@ def test_pack_lays_arrays_out_as_numba_kernels_take_them():
     specs = launch.arg_specs(void(float32[:, ::1], int64, float32, uint32))
     vals, types = launch.pack("k", specs, (FakeDeviceArray((3, 5), np.float32, ptr=4096), 7, 0.5, 9))
     # meminfo, parent, item count, item size, data, shape (2), strides in bytes (2); then the scalars
-    assert vals == [0, 0, 15, 4, 4096, 3, 5, 20, 4, 7, 0.5, 9]
+    assert list(vals) == [0, 0, 15, 4, 4096, 3, 5, 20, 4, 7, 0.5, 9]
     P, I = ctypes.c_void_p, ctypes.c_int64
-    assert types == [P, P, I, I, P, I, I, I, I, ctypes.c_int64, ctypes.c_float, ctypes.c_uint32]
+    assert list(types) == [P, P, I, I, P, I, I, I, I, ctypes.c_int64, ctypes.c_float, ctypes.c_uint32]
 
 
 def test_pack_refuses_what_the_dispatcher_refuses_and_hands_host_arrays_back():
@@ -74,7 +74,7 @@ def test_pack_refuses_what_the_dispatcher_refuses_and_hands_host_arrays_back():
         launch.pack("k", specs, (good,))
     # a size-1 dimension's stride does not matter (a row slice of a wider array is still C-contiguous)
     vals, _ = launch.pack("k", specs, (FakeDeviceArray((1, 3), np.float32, strides=(400, 4)), good))
-    assert vals[5:9] == [1, 3, 400, 4]
+    assert list(vals[5:9]) == [1, 3, 400, 4]
     # a host array: None, and the caller launches through Numba's dispatcher (which copies it over)
     assert launch.pack("k", specs, (np.zeros((2, 2), np.float32), good)) is None
 
@@ -124,7 +124,8 @@ def test_raw_launch_matches_the_dispatcher_bit_for_bit(rng):
         clip, guard = cuda.device_array(2, np.float32), cuda.to_device(np.zeros(1, np.int32))
         part, arr = cuda.device_array(64, np.float64), cuda.to_device(np.zeros(1, np.int32))
         loss, w = cuda.to_device(rng.random(64).astype(np.float32)), cuda.to_device(np.ones(64, np.float32))
-        q, stats = cuda.to_device(rng.normal(size=(64, 9)).astype(np.float32)), cuda.device_array(4, np.float32)
+        q = cuda.to_device(rng.normal(size=(64, 9)).astype(np.float32))
+        stats = cuda.to_device(np.zeros(4, np.float32))  # accumulated into: must start at zero
         norm = optim.grad_norm_guard_kernel if raw else optim.grad_norm_guard_kernel.dispatcher
         adam = optim.adam_kernel if raw else optim.adam_kernel.dispatcher
         norm[64, 256, d.stream](b["g"], n, part, arr, 1e-3, clip, loss, w, 64, q, 64, 1e6, guard, stats)

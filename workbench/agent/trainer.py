@@ -129,6 +129,7 @@ class DeviceTrainer:
         self.tpb = _tpb(device)
         self.red = 32 if device.simulator else 1024  # threads of one-block reductions (a power of two)
         self.norm_blocks = 2 if device.simulator else K_opt.NORM_BLOCKS  # fixed per device: deterministic
+        self.norm_threads = 32 if device.simulator else K_opt.NORM_THREADS
         self.k0, self.k1 = philox_keys(seed)
         self.state: DeviceState | None = None
         self.graphs: Graphs | None = None
@@ -269,7 +270,7 @@ class DeviceTrainer:
     def _grad_norm_guard(self, st) -> None:
         S, cfg = self.state, self.cfg
         b, lr = S.batch, S.learner
-        K_opt.grad_norm_guard_kernel[lr.norm_blocks, self.red, st](
+        K_opt.grad_norm_guard_kernel[lr.norm_blocks, self.norm_threads, st](
             lr.grads, S.shape.n_params, lr.partials, lr.arrival(ARR.NORM), cfg.grad_clip, lr.clip, b.loss, b.isw,
             b.size, S.nets.s.q, b.size, cfg.q_limit, lr.guard, lr.stats)
 
