@@ -100,6 +100,42 @@ def test_a_run_refused_while_the_holder_writes_its_record_still_names_it(tmp_pat
         holder.wait()
 
 
+def test_a_run_between_its_lock_and_its_marker_is_named_not_mistaken_for_user_files(tmp_path):
+    """A new run takes the directory's lock before it writes its marker; a second run arriving in between
+    (CI saw it: two runs started together) must name the first one's PID, not call its lock file one
+    the workbench did not write."""
+    run = tmp_path / "run"
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\n"
+                               "from workbench.rundir import RunDir\n"
+                               "def slow(self):\n    print('locked', flush=True); time.sleep(60)\n"
+                               "RunDir._mark = slow\n"
+                               f"RunDir({str(run)!r}, force=True)"],
+                              cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        assert not (run / MARKER).exists() and (run / LOCK).exists()
+        for force in (False, True):
+            with pytest.raises(UsageError, match=f"in use by PID {holder.pid} "):
+                RunDir(run, force=force)
+    finally:
+        holder.kill()
+        holder.wait()
+    # that run died there: only its lock is left, so the directory is as good as empty (no --force needed)
+    d = RunDir(run)
+    assert (run / MARKER).is_file()
+    d.close()
+
+
+def test_a_stale_lock_beside_user_files_still_protects_them(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / LOCK).write_text("{}")
+    (run / "notes.txt").write_text("mine")
+    with pytest.raises(UsageError, match="holds files the workbench did not write"):
+        RunDir(run, force=True)
+    assert (run / "notes.txt").read_text() == "mine" and (run / LOCK).exists() and not (run / MARKER).exists()
+
+
 @pytest.mark.slow
 def test_two_runs_started_together_one_wins(tmp_path):
     run = tmp_path / "run"

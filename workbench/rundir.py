@@ -26,6 +26,9 @@ Ownership and locking:
 - ``RUN/.workbench-lock`` is held (``flock``) for the run's life and names the holder's PID: a second
   run into the same directory, or a ``--force`` onto a running one, is refused naming that PID. The
   kernel drops the lock when its process dies, so the lock of a killed run is stale and taken over.
+  A run takes the lock before it writes the marker, so a directory holding a lock and no marker is
+  asked its lock first: a run arriving in that moment is refused naming the other's PID, and one that
+  finds only a dead run's lock there uses the directory as if empty.
 - ``RUN/fingerprint.json``: the input's content hash and the folds, checked by ``--resume``.
 """
 from __future__ import annotations
@@ -149,6 +152,15 @@ class RunDir:
                                  "resume the directory a run wrote (made by this version)")
             self._lock()
             return
+        if p.exists() and not owned and (p / LOCK).exists():
+            # a run creating this directory takes its lock before it writes its marker: ask the lock
+            self._lock()  # refused, naming that run's PID, while it holds it
+            owned = (p / MARKER).is_file()
+            if not owned and not {e.name for e in p.iterdir()} - {LOCK, f".{MARKER}.tmp"}:
+                self._mark()  # that run died between the two: only its lock is here, as good as empty
+                return
+            os.close(self._lock_fd)  # not that case: let go (the lock file stays) and judge as below
+            self._lock_fd = None
         if p.exists() and any(p.iterdir()):
             if not owned:
                 raise UsageError(f"run directory {p} exists and holds files the workbench did not write",
@@ -166,6 +178,9 @@ class RunDir:
                 if entry.name == LOCK:
                     continue
                 shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
+        self._mark()
+
+    def _mark(self) -> None:
         self.write_json(MARKER, {"kind": self.kind, "created": dt.datetime.now(dt.timezone.utc).isoformat(),
                                  "pid": os.getpid(), "host": socket.gethostname()})
 
