@@ -9,7 +9,7 @@ OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee "$OUT/nvidia-smi.txt"
 python3 -c "import numpy, numba, numba_cuda; print('numpy', numpy.__version__, 'numba', numba.__version__)"
-python3 -m pytest -q -p no:cacheprovider tests/test_gpu.py tests/test_kernels.py tests/test_env.py tests/test_backtest.py tests/test_network.py tests/test_rollout.py tests/test_cross_backend.py tests/test_population.py tests/test_trainer_gpu.py tests/test_graph_loop.py tests/test_graph_edges.py 2>&1 | tee "$OUT/pytest.txt"
+python3 -m pytest -q -p no:cacheprovider tests/test_gpu.py tests/test_kernels.py tests/test_env.py tests/test_backtest.py tests/test_network.py tests/test_rollout.py tests/test_cross_backend.py tests/test_population.py tests/test_trainer_gpu.py tests/test_graph_loop.py tests/test_graph_edges.py tests/test_launch.py 2>&1 | tee "$OUT/pytest.txt"
 [ "${SKIP_MICRO:-0}" = 1 ] || python3 bench/micro.py --json "$OUT/micro.json" 2>&1 | tee "$OUT/micro.txt"
 python3 bench/train_step.py --json "$OUT/train_step.json" 2>&1 | grep -v Warning | tee "$OUT/train_step.txt"
 python3 bench/math_accuracy.py --json "$OUT/math_accuracy.json" 2>&1 | grep -v Warning | tee "$OUT/math_accuracy.txt"
