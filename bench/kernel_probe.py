@@ -19,7 +19,7 @@ import json
 
 import numpy as np
 
-from train_step import ATOMS, BRANCHES, B, H, ms_per_step
+from train_step import ATOMS, BRANCHES, B, H, us_per_launch
 
 
 def _load(path: str, name: str):
@@ -63,13 +63,7 @@ def main() -> int:
     res: dict = {"device": d.info.name, "inner": args.inner, "kernels": {}, "max_abs_diff_vs_old": {}}
 
     def timed(fns) -> float:
-        """us per launch per agent: each of ``fns`` (one per lane; one alone) launched ``inner`` times."""
-        inner = args.inner
-        if len(fns) == 1:
-            g = d.capture(lambda st: [fns[0](st) for _ in range(inner)])
-        else:
-            g = d.capture_lanes(lanes, [lambda st, f=f: [f(st) for _ in range(inner)] for f in fns])
-        return 1e3 * ms_per_step(d, lambda: g.replay(4), 4 * inner * len(fns))
+        return us_per_launch(d, lanes, fns, args.inner)
 
     def run(label, make, bufs, kern, outputs_of, reset=None):
         """One launch of ``make(buf)`` on bufs[0] on the device's stream (``reset`` first puts its inputs

@@ -18,7 +18,7 @@ import os
 
 import numpy as np
 
-from train_step import B, BRANCHES, ms_per_step
+from train_step import B, BRANCHES, us_per_launch
 
 N_PARAMS = 535_000  # about the reference network's (hidden 512, 51 atoms, 3x3 branches)
 CAP, FILL = 2_000_000, 1_000_000  # the reference ring: 2M slots holding 1M transitions
@@ -42,12 +42,7 @@ def main() -> int:
            "inner": args.inner, "kernels": {}}
 
     def timed(fns) -> float:
-        inner = args.inner
-        if len(fns) == 1:
-            g = d.capture(lambda st: [fns[0](st) for _ in range(inner)])
-        else:
-            g = d.capture_lanes(lanes, [lambda st, f=f: [f(st) for _ in range(inner)] for f in fns])
-        return 1e3 * ms_per_step(d, lambda: g.replay(4), 4 * inner * len(fns))
+        return us_per_launch(d, lanes, fns, args.inner)
 
     def record(label, make, bufs):
         make(bufs[0])(d.stream)

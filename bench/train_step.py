@@ -54,6 +54,16 @@ def ms_per_step(device, fn, steps: int) -> float:
     return statistics.median(out)
 
 
+def us_per_launch(device, lanes, fns, inner: int) -> float:
+    """GPU us per launch (per agent) of ``fns``: one alone on the device's stream, or one per lane of
+    ``lanes`` side by side in one graph, each launched ``inner`` times in a row, the graph replayed."""
+    if len(fns) == 1:
+        g = device.capture(lambda st: [fns[0](st) for _ in range(inner)])
+    else:
+        g = device.capture_lanes(lanes, [lambda st, f=f: [f(st) for _ in range(inner)] for f in fns])
+    return 1e3 * ms_per_step(device, lambda: g.replay(4), 4 * inner * len(fns))
+
+
 def ours(math: str, steps: int, rows: list, fused: bool = True, beside: bool = False, pdl: str = "off"):
     """Our update at the reference shape (``beside``: its independent work on a side stream,
     ``DeviceTrainer.update_beside``; ``pdl``: programmatic edges between the graphs' kernels,
