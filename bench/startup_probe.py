@@ -39,13 +39,9 @@ def _child_kernels() -> dict:
     t0 = time.perf_counter()
     import workbench.walkforward  # noqa: F401  (what the CLI imports first)
     t1 = time.perf_counter()
-    import importlib
-    import pkgutil
-
     import numpy as np
 
-    import cuda_kernels
-    from cuda_kernels.nb import KERNELS
+    from cuda_kernels.nb import all_kernels
     from numba import cuda
     from numba.cuda.descriptor import cuda_target
 
@@ -59,14 +55,12 @@ def _child_kernels() -> dict:
         refreshes.append(time.perf_counter() - a)
 
     typing.refresh = refresh
-    for mod in pkgutil.iter_modules(cuda_kernels.__path__):
-        if mod.name not in ("nb", "ptx_check"):
-            importlib.import_module(f"cuda_kernels.{mod.name}")
+    kernels = all_kernels()
     t2 = time.perf_counter()
     cuda.current_context()
     t3 = time.perf_counter()
     rows = []
-    for k in KERNELS:
+    for k in kernels:
         a = time.perf_counter()
         k.load()
         rows.append({"kernel": k.__name__, "load_ms": 1e3 * (time.perf_counter() - a),

@@ -87,8 +87,7 @@ def pack(name: str, specs: list, args: tuple):
                             f"{spec.dtype} of rank {spec.ndim}")
         dense = c_strides(shape, dtype.itemsize)
         strides = tuple(int(s) for s in cai["strides"]) if cai.get("strides") else dense
-        if spec.c_only and strides != dense and 0 not in shape and any(
-                n > 1 and s != d for n, s, d in zip(shape, strides, dense)):
+        if spec.c_only and 0 not in shape and any(n > 1 and s != d for n, s, d in zip(shape, strides, dense)):
             raise TypeError(f"{name}: argument {i} is not C-contiguous (strides {strides}); the kernel takes a "
                             f"C-contiguous array")
         values += [0, 0, int(np.prod(shape)), dtype.itemsize, int(cai["data"][0] or 0), *shape, *strides]

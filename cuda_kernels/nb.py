@@ -121,7 +121,7 @@ class Kernel:
                 self._specs = arg_specs(self.signature)
             except NotImplementedError:
                 self._specs = False
-        return self._specs or None
+        return None if self._specs is False else self._specs  # [] (no parameters) is a layout too
 
     def __getitem__(self, launch_config):
         """``kernel[grid, block(, stream(, shared bytes))](*args)``. On a GPU: the cubin launched with
@@ -165,6 +165,18 @@ def kernel(signature, **jit):
         return k
 
     return wrap
+
+
+def all_kernels() -> list[Kernel]:
+    """Every kernel the package declares, each module of ``cuda_kernels`` imported first."""
+    import importlib
+    import pkgutil
+
+    package = __name__.rpartition(".")[0]
+    for mod in pkgutil.iter_modules([str(Path(__file__).resolve().parent)]):
+        if mod.name not in ("nb", "ptx_check"):
+            importlib.import_module(f"{package}.{mod.name}")
+    return list(KERNELS)
 
 
 def load_kernels() -> int:

@@ -4,9 +4,7 @@ graph so made runs its chain in order."""
 from __future__ import annotations
 
 import ast
-import importlib
 import inspect
-import pkgutil
 import textwrap
 
 import numpy as np
@@ -16,13 +14,9 @@ from workbench.graph_edges import OUR_PREFIX, programmatic_edges, waits_first
 
 
 def _kernels():
-    import cuda_kernels
-    from cuda_kernels.nb import KERNELS
+    from cuda_kernels.nb import all_kernels
 
-    for mod in pkgutil.iter_modules(cuda_kernels.__path__):
-        if mod.name not in ("nb", "ptx_check"):
-            importlib.import_module(f"cuda_kernels.{mod.name}")
-    return list(KERNELS)
+    return all_kernels()
 
 
 def test_every_kernel_waits_for_its_prerequisites_first():

@@ -4,10 +4,8 @@ process with a warm cache that never builds a dispatcher."""
 from __future__ import annotations
 
 import ctypes
-import importlib
 import json
 import os
-import pkgutil
 import subprocess
 import sys
 from pathlib import Path
@@ -21,13 +19,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _kernels():
-    import cuda_kernels
-    from cuda_kernels.nb import KERNELS
+    from cuda_kernels.nb import all_kernels
 
-    for mod in pkgutil.iter_modules(cuda_kernels.__path__):
-        if mod.name not in ("nb", "ptx_check", "launch"):
-            importlib.import_module(f"cuda_kernels.{mod.name}")
-    return list(KERNELS)
+    return all_kernels()
 
 
 class FakeDeviceArray:
