@@ -139,9 +139,9 @@ def test_a_process_with_a_warm_cache_builds_no_dispatcher(tmp_path):
     script = (
         "import json, numpy as np\n"
         "from numba import cuda\n"
-        "from cuda_kernels import nb, optim, philox, per, rollout, c51, dense, env, backtest, actions, scan\n"
+        "from cuda_kernels import nb, optim\n"
         "from workbench.device import Device\n"
-        "d = Device(); n = nb.load_kernels()\n"
+        "nb.all_kernels(); d = Device(); n = nb.load_kernels()\n"
         "a = cuda.device_array(1000, np.float32)\n"
         "optim.fill_kernel[4, 256, d.stream](a, 2.5); d.synchronize()\n"
         "ok = bool((a.copy_to_host() == 2.5).all())\n"
