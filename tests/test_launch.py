@@ -111,14 +111,15 @@ def test_raw_launch_matches_the_dispatcher_bit_for_bit(rng):
     n = 100_003
     host = {k: rng.normal(0, 1e-2, n).astype(np.float32) for k in ("p", "g", "m", "t")}
     host["v"] = rng.random(n).astype(np.float32) * 1e-4
+    loss_h, q_h = rng.random(64).astype(np.float32), rng.normal(size=(64, 9)).astype(np.float32)
     outs = []
     for raw in (True, False):
         b = {k: cuda.to_device(v) for k, v in host.items()}
         lr, step = cuda.to_device(np.array([1e-3], np.float32)), cuda.to_device(np.array([3], np.int64))
         clip, guard = cuda.device_array(2, np.float32), cuda.to_device(np.zeros(1, np.int32))
         part, arr = cuda.device_array(64, np.float64), cuda.to_device(np.zeros(1, np.int32))
-        loss, w = cuda.to_device(rng.random(64).astype(np.float32)), cuda.to_device(np.ones(64, np.float32))
-        q = cuda.to_device(rng.normal(size=(64, 9)).astype(np.float32))
+        loss, w = cuda.to_device(loss_h), cuda.to_device(np.ones(64, np.float32))
+        q = cuda.to_device(q_h)  # the same inputs for both launches
         stats = cuda.to_device(np.zeros(4, np.float32))  # accumulated into: must start at zero
         norm = optim.grad_norm_guard_kernel if raw else optim.grad_norm_guard_kernel.dispatcher
         adam = optim.adam_kernel if raw else optim.adam_kernel.dispatcher
