@@ -16,7 +16,10 @@ refused with the argument named, as the dispatcher refuses it. The simulator nev
 from __future__ import annotations
 
 import ctypes
+import math
 import os
+import struct
+import weakref
 from pathlib import Path
 
 import numpy as np
@@ -27,7 +30,6 @@ _C_SCALARS = {"int8": ctypes.c_int8, "int16": ctypes.c_int16, "int32": ctypes.c_
               "uint8": ctypes.c_uint8, "uint16": ctypes.c_uint16, "uint32": ctypes.c_uint32,
               "uint64": ctypes.c_uint64, "float32": ctypes.c_float, "float64": ctypes.c_double,
               "bool": ctypes.c_bool}
-_P, _I = ctypes.c_void_p, ctypes.c_int64
 
 
 class ArraySpec:
@@ -64,35 +66,92 @@ def c_strides(shape, itemsize: int) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
+_SLOT = {ctypes.c_int8: "b7x", ctypes.c_int16: "h6x", ctypes.c_int32: "i4x", ctypes.c_int64: "q",
+         ctypes.c_uint8: "B7x", ctypes.c_uint16: "H6x", ctypes.c_uint32: "I4x", ctypes.c_uint64: "Q",
+         ctypes.c_float: "f4x", ctypes.c_double: "d", ctypes.c_bool: "?7x"}
+_NUMBA_ARRAYS: tuple = ()  # Numba's device array class, once imported (its arrays never change shape or address)
+_FIELDS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # such an array -> its parameter fields
+
+
+class Layout:
+    """A kernel's parameter block: every parameter (a scalar, or one of an array's fields) in its own 8-byte
+    slot (each is at most 8 bytes; the driver reads a parameter's own size from its slot's start), packed
+    by one ``struct`` call; ``kernelParams`` is an array of pointers to the slots."""
+
+    __slots__ = ("struct", "n")
+
+    def __init__(self, specs: list):
+        fmt = "".join("QQqqQ" + "q" * (2 * s.ndim) if isinstance(s, ArraySpec) else _SLOT[s] for s in specs)
+        self.struct = struct.Struct("=" + fmt)
+        self.n = self.struct.size // 8
+
+    def params(self, values):
+        """(slots, pointers): keep both alive until the launch has returned (the driver copies them then)."""
+        slots = ctypes.create_string_buffer(self.struct.size)
+        self.struct.pack_into(slots, 0, *values)
+        base = ctypes.addressof(slots)
+        return slots, (ctypes.c_void_p * self.n)(*range(base, base + 8 * self.n, 8))
+
+
+def _array_fields(name: str, i: int, spec: ArraySpec, a):
+    """An array argument's fields as the kernel takes them (meminfo, parent, item count, item size, data,
+    shape, strides in bytes), or None when it is not on the device. Kept per Numba device array (its
+    shape and address are fixed for its life); read from ``__cuda_array_interface__`` for any other."""
+    global _NUMBA_ARRAYS
+    if not _NUMBA_ARRAYS:
+        try:
+            from numba.cuda.cudadrv.devicearray import DeviceNDArray
+        except ImportError:  # the simulator's module (whose arrays never come here) has another name for it
+            DeviceNDArray = type("NoDeviceArray", (), {})
+        _NUMBA_ARRAYS = (DeviceNDArray,)
+    numba_array = isinstance(a, _NUMBA_ARRAYS)
+    if numba_array:
+        found = _FIELDS.get(a)
+        if found is not None:
+            dtype, ndim, dense, fields = found
+            if dtype != spec.dtype or ndim != spec.ndim or (spec.c_only and not dense):
+                _refuse(name, i, spec, dtype, ndim, fields)
+            return fields
+    cai = getattr(a, "__cuda_array_interface__", None)
+    if cai is None:
+        return None
+    shape = tuple(int(n) for n in cai["shape"])
+    dtype = np.dtype(cai["typestr"])
+    dense_strides = c_strides(shape, dtype.itemsize)
+    strides = tuple(int(s) for s in cai["strides"]) if cai.get("strides") else dense_strides
+    dense = 0 in shape or all(n <= 1 or s == d for n, s, d in zip(shape, strides, dense_strides))
+    fields = (0, 0, math.prod(shape), dtype.itemsize, int(cai["data"][0] or 0), *shape, *strides)
+    if numba_array:
+        _FIELDS[a] = (dtype, len(shape), dense, fields)
+    if dtype != spec.dtype or len(shape) != spec.ndim or (spec.c_only and not dense):
+        _refuse(name, i, spec, dtype, len(shape), fields)
+    return fields
+
+
+def _refuse(name: str, i: int, spec: ArraySpec, dtype, ndim: int, fields: tuple):
+    if dtype != spec.dtype or ndim != spec.ndim:
+        raise TypeError(f"{name}: argument {i} is a {dtype} array of rank {ndim}; the kernel takes "
+                        f"{spec.dtype} of rank {spec.ndim}")
+    raise TypeError(f"{name}: argument {i} is not C-contiguous (strides {fields[5 + ndim:]}); the kernel takes a "
+                    f"C-contiguous array")
+
+
 def pack(name: str, specs: list, args: tuple):
-    """The launch's kernel parameters as ``(values, ctypes types)`` (cuda-bindings' form of
-    ``kernelParams``), or None when an array argument is not on the device (the caller then launches
-    through Numba's dispatcher). Raises TypeError, naming the argument, for a wrong count, dtype, rank or
-    layout."""
+    """The launch's parameter values in the kernel's order (an array's as its fields), or None when an
+    array argument is not on the device (the caller then launches through Numba's dispatcher). Raises
+    TypeError, naming the argument, for a wrong count, dtype, rank or layout."""
     if len(args) != len(specs):
         raise TypeError(f"{name} takes {len(specs)} arguments, {len(args)} given")
-    values, types = [], []
+    values = []
     for i, (spec, a) in enumerate(zip(specs, args)):
         if not isinstance(spec, ArraySpec):
             values.append(a)
-            types.append(spec)
             continue
-        cai = getattr(a, "__cuda_array_interface__", None)
-        if cai is None:
+        fields = _array_fields(name, i, spec, a)
+        if fields is None:
             return None
-        shape = tuple(int(n) for n in cai["shape"])
-        dtype = np.dtype(cai["typestr"])
-        if dtype != spec.dtype or len(shape) != spec.ndim:
-            raise TypeError(f"{name}: argument {i} is a {dtype} array of rank {len(shape)}; the kernel takes "
-                            f"{spec.dtype} of rank {spec.ndim}")
-        dense = c_strides(shape, dtype.itemsize)
-        strides = tuple(int(s) for s in cai["strides"]) if cai.get("strides") else dense
-        if spec.c_only and 0 not in shape and any(n > 1 and s != d for n, s, d in zip(shape, strides, dense)):
-            raise TypeError(f"{name}: argument {i} is not C-contiguous (strides {strides}); the kernel takes a "
-                            f"C-contiguous array")
-        values += [0, 0, int(np.prod(shape)), dtype.itemsize, int(cai["data"][0] or 0), *shape, *strides]
-        types += [_P, _P, _I, _I, _P] + [_I] * (2 * len(shape))
-    return tuple(values), tuple(types)
+        values += fields
+    return values
 
 
 def _dims(d) -> tuple[int, int, int]:
@@ -227,9 +286,10 @@ class RawLaunch:
         from cuda.bindings import driver as drv
 
         k = self.kernel
-        params = pack(k.__name__, k.specs, args)
-        fn = load_function(k, nb.CACHE_DIR) if params is not None else None
+        values = pack(k.__name__, k.specs, args)
+        fn = load_function(k, nb.CACHE_DIR) if values is not None else None
         if fn is None:
             return k.dispatcher[self.config](*args)
-        _check(drv.cuLaunchKernel(fn, *self.grid, *self.block, self.shared, drv.CUstream(self.stream), params, 0),
-               f"cuLaunchKernel ({k.__name__})")
+        slots, pointers = k.layout.params(values)  # both held until the driver has copied them
+        _check(drv.cuLaunchKernel(fn, *self.grid, *self.block, self.shared, drv.CUstream(self.stream),
+                                  ctypes.addressof(pointers), 0), f"cuLaunchKernel ({k.__name__})")

@@ -102,6 +102,7 @@ class Kernel:
         self.__doc__ = py_func.__doc__
         self._dispatcher = None
         self._specs = None
+        self._layout = None
         self.functions: dict = {}  # context handle -> (module, CUfunction) of the raw launch (cuda_kernels.launch)
 
     @property
@@ -122,6 +123,15 @@ class Kernel:
             except NotImplementedError:
                 self._specs = False
         return None if self._specs is False else self._specs  # [] (no parameters) is a layout too
+
+    @property
+    def layout(self):
+        """The raw launch's parameter block (``cuda_kernels.launch.Layout``), built once from ``specs``."""
+        if self._layout is None:
+            from .launch import Layout
+
+            self._layout = Layout(self.specs)
+        return self._layout
 
     def __getitem__(self, launch_config):
         """``kernel[grid, block(, stream(, shared bytes))](*args)``. On a GPU: the cubin launched with

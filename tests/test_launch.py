@@ -46,11 +46,18 @@ def test_pack_lays_arrays_out_as_numba_kernels_take_them():
     from cuda_kernels.nb import float32, int64, uint32, void
 
     specs = launch.arg_specs(void(float32[:, ::1], int64, float32, uint32))
-    vals, types = launch.pack("k", specs, (FakeDeviceArray((3, 5), np.float32, ptr=4096), 7, 0.5, 9))
+    vals = launch.pack("k", specs, (FakeDeviceArray((3, 5), np.float32, ptr=4096), 7, 0.5, 9))
     # meminfo, parent, item count, item size, data, shape (2), strides in bytes (2); then the scalars
     assert list(vals) == [0, 0, 15, 4, 4096, 3, 5, 20, 4, 7, 0.5, 9]
-    P, I = ctypes.c_void_p, ctypes.c_int64
-    assert list(types) == [P, P, I, I, P, I, I, I, I, ctypes.c_int64, ctypes.c_float, ctypes.c_uint32]
+    # the parameter block: one 8-byte slot each, a scalar's bytes at its slot's start; a pointer per slot
+    slots, pointers = launch.Layout(specs).params(vals)
+    assert len(pointers) == 12 and len(slots.raw) == 96
+    assert [p - pointers[0] for p in pointers] == list(range(0, 96, 8))
+    raw = slots.raw
+    assert np.frombuffer(raw[:72], np.int64).tolist() == [0, 0, 15, 4, 4096, 3, 5, 20, 4]
+    assert np.frombuffer(raw[72:80], np.int64)[0] == 7
+    assert np.frombuffer(raw[80:84], np.float32)[0] == 0.5 and np.frombuffer(raw[88:92], np.uint32)[0] == 9
+    assert ctypes.c_float.from_address(pointers[10]).value == 0.5  # what the driver reads for parameter 10
 
 
 def test_pack_refuses_what_the_dispatcher_refuses_and_hands_host_arrays_back():
@@ -67,7 +74,7 @@ def test_pack_refuses_what_the_dispatcher_refuses_and_hands_host_arrays_back():
     with pytest.raises(TypeError, match="takes 2 arguments, 1 given"):
         launch.pack("k", specs, (good,))
     # a size-1 dimension's stride does not matter (a row slice of a wider array is still C-contiguous)
-    vals, _ = launch.pack("k", specs, (FakeDeviceArray((1, 3), np.float32, strides=(400, 4)), good))
+    vals = launch.pack("k", specs, (FakeDeviceArray((1, 3), np.float32, strides=(400, 4)), good))
     assert list(vals[5:9]) == [1, 3, 400, 4]
     # a host array: None, and the caller launches through Numba's dispatcher (which copies it over)
     assert launch.pack("k", specs, (np.zeros((2, 2), np.float32), good)) is None
