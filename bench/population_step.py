@@ -176,25 +176,23 @@ def main() -> int:
     print(f"epilogues: {args.epilogues}; P agents in one graph, batch {B}, hidden {H}, {ATOMS} atoms, replay holding {CAP} each "
           f"(rings of {2 * CAP} slots); "
           f"{torch_rows[0][0]}: {torch_ms:.4f} ms/update = {1e3 / torch_ms:,.0f} updates/s")
-    print(f"{'P':>3} {'MB/agent':>9} {'fp32 ms/launch':>15} {'fp32 upd/s':>11} {'x torch':>8} "
-          f"{'tf32 ms/launch':>15} {'tf32 upd/s':>11} {'x torch':>8} {'nodes':>6} {'setup s':>8} "
-          f"{'loop fp32 upd/s':>16} {'loop tf32 upd/s':>16} {'batched fp32':>13} {'batched tf32':>13} "
-          f"{'beside fp32':>12} {'beside tf32':>12}")
+    maths = args.maths.split(",")
+    cols = ["ms/launch", "upd/s", "x torch", "loop upd/s", "batched", "beside"]
+    print(f"{'P':>3} {'MB/agent':>9} {'nodes':>6} {'setup s':>8} " + " ".join(f"{m + ' ' + c:>16}" for m in maths for c in cols))
     for r in rows:
-        f, t = r["fp32"], r["tf32"]
-        print(f"{r['P']:3d} {r['bytes_per_agent'] / 2**20:9.0f} {f['ms_per_launch']:15.4f} {f['agent_updates_per_s']:11,.0f} "
-              f"{f['agent_updates_per_s'] * torch_ms / 1e3:8.2f} {t['ms_per_launch']:15.4f} "
-              f"{t['agent_updates_per_s']:11,.0f} {t['agent_updates_per_s'] * torch_ms / 1e3:8.2f} "
-              f"{f['graph_nodes']:6d} {r['setup_s']:8.1f} {f['loop_agent_updates_per_s']:16,.0f} "
-              f"{t['loop_agent_updates_per_s']:16,.0f} {f.get('batched_agent_updates_per_s', 0):13,.0f} "
-              f"{t.get('batched_agent_updates_per_s', 0):13,.0f} {f['beside_agent_updates_per_s']:12,.0f} "
-              f"{t['beside_agent_updates_per_s']:12,.0f}")
+        cells = []
+        for m in maths:
+            x = r[m]
+            cells += [f"{x['ms_per_launch']:16.4f}", f"{x['agent_updates_per_s']:16,.0f}",
+                      f"{x['agent_updates_per_s'] * torch_ms / 1e3:16.2f}", f"{x['loop_agent_updates_per_s']:16,.0f}",
+                      f"{x.get('batched_agent_updates_per_s', 0):16,.0f}", f"{x['beside_agent_updates_per_s']:16,.0f}"]
+        print(f"{r['P']:3d} {r['bytes_per_agent'] / 2**20:9.0f} {r[maths[0]]['graph_nodes']:6d} {r['setup_s']:8.1f} "
+              + " ".join(cells))
     for mode in modes:
         print(f"PDL {mode}, loop agent-updates/s: " + ", ".join(
-            f"P={r['P']} fp32 {r['fp32'][f'pdl_{mode}_loop_agent_updates_per_s']:,.0f} tf32 "
-            f"{r['tf32'][f'pdl_{mode}_loop_agent_updates_per_s']:,.0f}"
-            + (f" (beside: fp32 {r['fp32'][f'pdl_{mode}_beside_agent_updates_per_s']:,.0f} tf32 "
-               f"{r['tf32'][f'pdl_{mode}_beside_agent_updates_per_s']:,.0f})" if r["P"] == 1 else "")
+            f"P={r['P']} " + " ".join(f"{m} {r[m][f'pdl_{mode}_loop_agent_updates_per_s']:,.0f}" for m in maths)
+            + (" (beside: " + " ".join(f"{m} {r[m][f'pdl_{mode}_beside_agent_updates_per_s']:,.0f}" for m in maths)
+               + ")" if r["P"] == 1 else "")
             for r in rows))
     if args.json:
         json.dump({"rows": rows, "torch_graph_ms": torch_ms, "torch": torch_rows[0][0]}, open(args.json, "w"), indent=1)
