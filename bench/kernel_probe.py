@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import inspect
 import json
 
 import numpy as np
@@ -132,22 +131,21 @@ def main() -> int:
     gamma_n = 0.99 ** 3
 
     def fused(lb, kern=c51.c51_head_loss_kernel):
-        return lambda st: kern[c51.loss_launch(B, ATOMS, nb, max(BRANCHES)) + (st,)](
+        return lambda st: kern[c51.loss_launch(B, ATOMS, nb) + (st,)](
             lb["pair"], lb["bias"], lb["ht"], lb["bias_t"], lb["acts"], lb["rew"], lb["done"], gamma_n, -10.0, 10.0,
             ATOMS, lb["w"], nb, consts[0], consts[1], max(BRANCHES), consts[2], 1.0 / B, lb["q"], lb["dhead"],
             lb["loss"], B)
 
     outputs = {"now": run(f"heads + loss now (one launch) {B} samples", fused, lbs, c51.c51_head_loss_kernel,
                           lambda lb: (lb["dhead"].copy_to_host(), lb["loss"].copy_to_host(), lb["q"].copy_to_host()))}
-    for r in (48, 56, 64, 72):  # occupancy against spills: register caps the kernel does not have
+    for r in (40, 48, 64):  # occupancy against spills: register caps the kernel does not have
         kern = cuda.jit(c51.c51_head_loss_kernel.signature, max_registers=r)(c51.c51_head_loss_kernel.py_func)
         run(f"heads + loss now r{r} (variant)", lambda lb, kern=kern: fused(lb, kern), lbs, kern, lambda lb: None)
     if "old" in kmods and hasattr(kmods["old"][0], "c51_head_loss_kernel"):  # an older one-launch kernel
         m = kmods["old"][0]
-        extra = (max(BRANCHES),) if len(inspect.signature(m.loss_launch).parameters) == 4 else ()
 
         def old_fused(lb, kern=m.c51_head_loss_kernel):
-            return lambda st: kern[m.loss_launch(B, ATOMS, nb, *extra) + (st,)](
+            return lambda st: kern[m.loss_launch(B, ATOMS, nb) + (st,)](
                 lb["pair"], lb["bias"], lb["ht"], lb["bias_t"], lb["acts"], lb["rew"], lb["done"], gamma_n, -10.0,
                 10.0, ATOMS, lb["w"], nb, consts[0], consts[1], max(BRANCHES), consts[2], 1.0 / B, lb["q"],
                 lb["dhead"], lb["loss"], B)

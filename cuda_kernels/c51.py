@@ -25,9 +25,7 @@ from .nb import U, grid_wait
 
 MAX_ATOMS = 128
 MAX_BRANCHES = 4
-MAX_ACTIONS = 8  # a branch's actions at most in the loss (a warp each: 32 x 4 x 8 threads, a block's limit)
 RED_SHAPE = (MAX_BRANCHES, MAX_ATOMS)  # the loss's shared-memory reduction rows (compile-time shape)
-ACTION_SHAPE = (MAX_BRANCHES, MAX_ACTIONS)
 HEAD_SLOTS = MAX_ATOMS // WARP  # atoms a lane of the dueling head holds at most
 
 
@@ -45,16 +43,14 @@ def head_launch(B: int, atoms: int, n_branch: int) -> tuple[int, tuple[int, int]
     return B, (min(_tree_width(atoms), WARP) if SIMULATOR else WARP, n_branch)
 
 
-def loss_launch(B: int, atoms: int, n_branch: int, max_actions: int) -> tuple[int, tuple[int, int, int]]:
-    """(grid, block) of ``c51_head_loss_kernel``: one block per sample, a warp per (branch, action) of the
-    largest branch (each branch has its own row of the kernel's shared arrays: at most MAX_BRANCHES of at
-    most MAX_ACTIONS; in the simulator a row of only as many lanes as the tree's width needs, as
-    ``head_launch``)."""
-    if not 1 <= n_branch <= MAX_BRANCHES or not 1 <= max_actions <= MAX_ACTIONS or atoms > MAX_ATOMS:
-        raise ValueError(f"the C51 loss holds 1..{MAX_BRANCHES} branches of 1..{MAX_ACTIONS} actions of at most "
-                         f"{MAX_ATOMS} atoms, not {n_branch} of up to {max_actions} of {atoms}")
-    grid, (lanes, rows) = head_launch(B, atoms, n_branch)
-    return grid, (lanes, rows, max_actions)
+def loss_launch(B: int, atoms: int, n_branch: int) -> tuple[int, tuple[int, int]]:
+    """(grid, block) of ``c51_head_loss_kernel``: one block per sample, a warp per branch (each branch has its own
+    row of the kernel's shared arrays: at most MAX_BRANCHES; in the simulator a row of only as many lanes
+    as the tree's width needs, as ``head_launch``)."""
+    if not 1 <= n_branch <= MAX_BRANCHES or atoms > MAX_ATOMS:
+        raise ValueError(f"the C51 loss holds 1..{MAX_BRANCHES} branches of at most {MAX_ATOMS} atoms, "
+                         f"not {n_branch} of {atoms}")
+    return head_launch(B, atoms, n_branch)
 
 
 @device_function
@@ -240,22 +236,19 @@ def c51_head_loss_kernel(head, head_bias, head_t, head_bias_t, actions, reward, 
     guard's |Q|); dhead: out [B, atoms*(1+A)] (every column written once, the padding columns zero);
     loss_out: out [B].
 
-    Block per sample, a warp per (branch, action) (``loss_launch``): lane l holds atoms l, l + 32, ... of
-    its branch (``_slots``: k of them). Each warp computes what ``dueling_head_kernel`` would of its
-    action in the sample's online rows, with the same device functions (so the same bits): its Q at s'
-    (into shared memory, for the next action) and at s, and, for the taken action, its log-probabilities
-    at s (shared). After the first barrier every warp finds its branch's next action (the first of the
-    largest Q, as a loop over the actions would) and the branch's first warp computes the target's
-    distribution of that action alone and places its source atoms j on the support (shared rows, one per
-    branch). After the second, that warp computes for each of its atoms z the projected target mass
-    (``_source_mass``: no float atomics), the cross-entropy share and the gradient g of atom z (shared),
-    and the branch's cross-entropy as a tree over the tree's width in a fixed order (the lane's own atoms,
-    ``_fold``, then warp shuffles: the additions of a shared-memory tree, in its order, with no block
-    barrier). After the third, every warp writes its action's columns of the gradient (g for the taken
-    action, minus g / nA for each: the dueling mean) and the first warp the value stream's columns (the
+    Block per sample, warp per branch (``loss_launch``): the branches side by side, lane l holding atoms
+    l, l + 32, ... of its branch (``_slots``: k of them). Each warp computes what ``dueling_head_kernel``
+    would of its sample's three rows, with the same device functions in the same order (so the same
+    bits), but only what the loss reads: the online Q of s' (the next action, argmax), the online Q of s
+    and the taken action's log-probabilities, the target's distribution of the next action alone. Then
+    it places its source atoms j on the support (shared rows, one per branch) before the block's first
+    barrier, and for each of its atoms z the projected target mass (``_source_mass``: no float atomics),
+    the cross-entropy share and the gradient of atom z's column of each of the branch's actions. The
+    branch's cross-entropy is a tree over the tree's width in a fixed order (the lane's own atoms,
+    ``_fold``, then warp shuffles): the additions of a shared-memory tree, in its order, with no block
+    barrier. After the second barrier the first branch's warp writes the value stream's columns (the
     branches' gradients summed in branch order) and the loss (the branches' cross-entropies), as a loop
-    over the branches would. A warp per action where a warp per branch looped over the actions: the
-    dependent reductions of a block's longest chain are a third as many (bit for bit the same results)."""
+    over the branches would. Two block barriers in all."""
     grid_wait()
     b = cuda.blockIdx.x
     if b >= B:
@@ -263,95 +256,81 @@ def c51_head_loss_kernel(head, head_bias, head_t, head_bias_t, actions, reward, 
     lane = cuda.threadIdx.x
     width = cuda.blockDim.x  # 32: a warp (fewer lanes only in the simulator, see loss_launch)
     br = cuda.threadIdx.y
-    a = cuda.threadIdx.z  # the warp's action in its branch
     k = _slots(atoms, width)
     ce_br = cuda.shared.array(MAX_BRANCHES, float32)  # branch br's cross-entropy
-    q_next = cuda.shared.array(ACTION_SHAPE, float32)  # the online Q of s' of branch br's action a
-    lp_s = cuda.shared.array(RED_SHAPE, float32)  # row br: the taken action's log-probability of atom z at s
-    sg = cuda.shared.array(RED_SHAPE, float64)  # row br: branch br's gradient of atom z
+    sg = cuda.shared.array(RED_SHAPE, float64)  # row br: branch br's gradient of atom z (for the value stream)
     lo_j = cuda.shared.array(RED_SHAPE, int32)    # row br: source atom j's lower and upper support atom,
     hi_j = cuda.shared.array(RED_SHAPE, int32)    # its position on the support and its target probability,
     b_j = cuda.shared.array(RED_SHAPE, float64)   # each computed once, by the lane holding atom j
     p_j = cuda.shared.array(RED_SHAPE, float32)
+    lp = cuda.local.array(HEAD_SLOTS, float32)
     t = cuda.local.array(HEAD_SLOTS, float32)
     v = cuda.local.array(HEAD_SLOTS, float32)
     mean = cuda.local.array(HEAD_SLOTS, float32)
     logit = cuda.local.array(HEAD_SLOTS, float32)
     nA, off = branch_size[U(br)], branch_off[U(br)]
     at = min(max(actions[U(b), U(br)], 0), nA - 1)
-    live = a < nA  # a warp past its branch's actions computes nothing but makes the same calls (the
-    lead = a == 0  # simulator's stand-ins for shuffles hold block barriers); the branch's first warp leads
-    hrow = head[U(B + b)]  # s' (online): this action's Q, for the next action
+    hrow = head[U(B + b)]  # s' (online): the next action, the first of the largest Q
     _row_setup(hrow, head_bias, lane, width, k, atoms, off, nA, v, mean)
-    lse = _action_lse(hrow, head_bias, lane, width, k, atoms, off, a, live, v, mean, logit, t)
-    qa = _action_logp_q(logit, lse, support, lane, width, k, atoms, live, t)
-    if lane == 0 and live:
-        q_next[U(br), U(a)] = qa
-    hrow = head[U(b)]  # s (online): this action's Q; the taken action's log-probabilities
-    _row_setup(hrow, head_bias, lane, width, k, atoms, off, nA, v, mean)
-    lse = _action_lse(hrow, head_bias, lane, width, k, atoms, off, a, live, v, mean, logit, t)
-    qa = _action_logp_q(logit, lse, support, lane, width, k, atoms, live, t)
-    if a == at:
-        for i in range(HEAD_SLOTS):
-            if i >= k:
-                break
-            z = lane + width * i
-            if z < atoms:
-                lp_s[U(br), U(z)] = logit[i]
-    if lane == 0 and live:
-        q[U(b), U(off + a)] = qa
-    cuda.syncthreads()
     best, best_q = 0, float32(0.0)
-    for c in range(nA):
-        qc = q_next[U(br), U(c)]
-        if c == 0 or qc > best_q:
-            best, best_q = c, qc
-    if lead or SIMULATOR:  # s' (target): the next action's distribution, placed on the support
-        hrow = head_t[U(b)]
-        _row_setup(hrow, head_bias_t, lane, width, k, atoms, off, nA, v, mean)
-        lse = _action_lse(hrow, head_bias_t, lane, width, k, atoms, off, best, lead, v, mean, logit, t)
-        if lead:
-            dz = (v_max - v_min) / (atoms - 1)
-            r = reward[U(b)]
-            keep = float32(1.0) - done[U(b)]
+    for a in range(max_actions):  # the same trip count in every warp (the simulator's stand-in has barriers)
+        live = a < nA
+        lse = _action_lse(hrow, head_bias, lane, width, k, atoms, off, a, live, v, mean, logit, t)
+        qa = _action_logp_q(logit, lse, support, lane, width, k, atoms, live, t)
+        if live and (a == 0 or qa > best_q):
+            best, best_q = a, qa
+    hrow = head[U(b)]  # s (online): every action's Q, the taken action's log-probabilities
+    _row_setup(hrow, head_bias, lane, width, k, atoms, off, nA, v, mean)
+    for a in range(max_actions):
+        live = a < nA
+        lse = _action_lse(hrow, head_bias, lane, width, k, atoms, off, a, live, v, mean, logit, t)
+        qa = _action_logp_q(logit, lse, support, lane, width, k, atoms, live, t)
+        if a == at:
             for i in range(HEAD_SLOTS):
                 if i >= k:
                     break
-                j = lane + width * i
-                if j < atoms:
-                    tz = min(max(r + keep * gamma_n * (v_min + j * dz), v_min), v_max)
-                    bj = (tz - v_min) / dz
-                    lo_j[U(br), U(j)] = min(max(int32(math.floor(bj)), 0), atoms - 1)
-                    hi_j[U(br), U(j)] = min(max(int32(math.ceil(bj)), 0), atoms - 1)
-                    b_j[U(br), U(j)] = bj
-                    p_j[U(br), U(j)] = math.exp(logit[i] - lse)  # the value dueling_head_kernel stores, exponentiated
-    cuda.syncthreads()
-    if lead or SIMULATOR:  # the projected mass, cross-entropy and gradient of the branch's atoms
-        w = is_w[U(b)]
-        for i in range(HEAD_SLOTS):
-            if i >= k:
-                break
-            z = lane + width * i
-            t[i] = float32(0.0)
-            if z < atoms and lead:
-                m = _source_mass(lo_j, hi_j, b_j, p_j, br, z, atoms)
-                lp = lp_s[U(br), U(z)]
-                t[i] = float32(-m * lp)
-                sg[U(br), U(z)] = (math.exp(lp) - m) * w * grad_scale / n_branch
-        total = warp_sum(_fold(t, k, 0))
-        if lane == 0 and lead:
-            ce_br[U(br)] = total
-    cuda.syncthreads()
+                lp[i] = logit[i] if lane + width * i < atoms else float32(0.0)
+        if lane == 0 and live:
+            q[U(b), U(off + a)] = qa
+    hrow = head_t[U(b)]  # s' (target): the next action's log-probabilities
+    _row_setup(hrow, head_bias_t, lane, width, k, atoms, off, nA, v, mean)
+    lse = _action_lse(hrow, head_bias_t, lane, width, k, atoms, off, best, True, v, mean, logit, t)
+    dz = (v_max - v_min) / (atoms - 1)
+    w = is_w[U(b)]
+    r = reward[U(b)]
+    keep = float32(1.0) - done[U(b)]
     drow = dhead[U(b)]  # the sample's row: one index fewer from here on
-    if live:  # the action's columns: g for the taken action, each rounded to float32 as a column's running
-        for i in range(HEAD_SLOTS):  # value was when a loop over the actions added into it
-            if i >= k:
-                break
-            z = lane + width * i
-            if z < atoms:
-                g = sg[U(br), U(z)]
+    for i in range(HEAD_SLOTS):
+        if i >= k:
+            break
+        j = lane + width * i
+        if j < atoms:
+            tz = min(max(r + keep * gamma_n * (v_min + j * dz), v_min), v_max)
+            bj = (tz - v_min) / dz
+            lo_j[U(br), U(j)] = min(max(int32(math.floor(bj)), 0), atoms - 1)
+            hi_j[U(br), U(j)] = min(max(int32(math.ceil(bj)), 0), atoms - 1)
+            b_j[U(br), U(j)] = bj
+            p_j[U(br), U(j)] = math.exp(logit[i] - lse)  # the value dueling_head_kernel stores, exponentiated
+    cuda.syncthreads()
+    for i in range(HEAD_SLOTS):
+        if i >= k:
+            break
+        z = lane + width * i
+        t[i] = float32(0.0)
+        if z < atoms:
+            m = _source_mass(lo_j, hi_j, b_j, p_j, br, z, atoms)
+            ce = -m * lp[i]
+            g = (math.exp(lp[i]) - m) * w * grad_scale / n_branch
+            for a in range(nA):  # the taken action's column gets g, every column of the branch -g / nA (each
+                # rounded to float32 as a column's running value was when the loop added into it)
                 drow[U(atoms * (1 + off + a) + z)] = (float32(g) if a == at else float32(0.0)) - g / nA
-    if br == 0 and lead:
+            sg[U(br), U(z)] = g
+            t[i] = float32(ce)
+    total = warp_sum(_fold(t, k, 0))
+    if lane == 0:
+        ce_br[U(br)] = total
+    cuda.syncthreads()
+    if br == 0:
         for i in range(HEAD_SLOTS):
             if i >= k:
                 break
@@ -368,8 +347,7 @@ def c51_head_loss_kernel(head, head_bias, head_t, head_bias_t, actions, reward, 
             loss_out[U(b)] = loss / n_branch
     cols = dhead.shape[1]  # the padding columns past the last branch's actions
     used = atoms * (1 + branch_off[n_branch - 1] + branch_size[n_branch - 1])
-    step = width * cuda.blockDim.y * cuda.blockDim.z
-    for c in range(used + lane + width * (br + cuda.blockDim.y * a), cols, step):
+    for c in range(used + lane + width * br, cols, width * cuda.blockDim.y):
         drow[U(c)] = 0.0
 
 

@@ -96,7 +96,7 @@ def test_graph_with_cublas_and_numba_equals_eager(rng, device, blas):
         grid, tpb = dense.bias_act_launch(B, H, False)
         dense.bias_act_kernel[grid, tpb, st](h, b1, B, H, dense.ACT_RELU)
         blas.gemm(h, w2, head)
-        c51.c51_head_loss_kernel[c51.loss_launch(B, atoms, nb, 3) + (st,)](
+        c51.c51_head_loss_kernel[c51.loss_launch(B, atoms, nb) + (st,)](
             pair, head_bias, head_t, head_bias, acts, rew, done, 0.97, -1.0, 1.0, atoms, isw, nb, dsizes, doffs, 3,
             support, 1.0 / B, q, dhead, loss, B)
         blas.gemm(h, dhead, dw2, 1, 0)

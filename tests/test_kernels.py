@@ -370,7 +370,7 @@ def _head_loss(head_pair, bias, head_t, bias_t, acts, reward, done, gamma_n, v_m
     """c51_head_loss_kernel on poisoned outputs: (Q of s [B, A], dhead [B, width], loss [B])."""
     B = head_t.shape[0]
     q, dhead, loss = poisoned((B, int(sizes.sum()))), poisoned((B, width)), poisoned(B)
-    c51.c51_head_loss_kernel[c51.loss_launch(B, atoms, len(sizes), int(sizes.max()))](
+    c51.c51_head_loss_kernel[c51.loss_launch(B, atoms, len(sizes))](
         dev(head_pair), dev(bias), dev(head_t), dev(bias_t), dev(acts), dev(reward), dev(done), gamma_n, v_min, v_max,
         atoms, dev(w), len(sizes), dev(sizes), dev(offs), int(sizes.max()), dev(support.astype(np.float32)), 1.0 / B, q,
         dhead, loss, B)
@@ -406,9 +406,7 @@ def test_c51_head_loss_unequal_branches_and_padded_rows(rng):
     np.testing.assert_allclose(got[:, :W], rd, rtol=1e-3, atol=1e-6)
     assert np.all(got[:, W:] == 0)
     with pytest.raises(ValueError, match="1..4 branches"):  # one shared row per branch
-        c51.loss_launch(B, atoms, 5, 3)
-    with pytest.raises(ValueError, match="1..8 actions"):  # a warp per action: 32 x 4 x 8 threads at most
-        c51.loss_launch(B, atoms, 4, 9)
+        c51.loss_launch(B, atoms, 5)
 
 
 def test_c51_head_loss_matches_the_head_kernel_bit_for_bit(rng):
