@@ -26,10 +26,9 @@ import numpy as np
 
 from . import nb
 
-_C_SCALARS = {"int8": ctypes.c_int8, "int16": ctypes.c_int16, "int32": ctypes.c_int32, "int64": ctypes.c_int64,
-              "uint8": ctypes.c_uint8, "uint16": ctypes.c_uint16, "uint32": ctypes.c_uint32,
-              "uint64": ctypes.c_uint64, "float32": ctypes.c_float, "float64": ctypes.c_double,
-              "bool": ctypes.c_bool}
+# a scalar parameter's 8-byte slot of the parameter block (``Layout``): its C type's struct code, padded
+_SCALAR_SLOTS = {"int8": "b7x", "int16": "h6x", "int32": "i4x", "int64": "q", "uint8": "B7x", "uint16": "H6x",
+                 "uint32": "I4x", "uint64": "Q", "float32": "f4x", "float64": "d", "bool": "?7x"}
 
 
 class ArraySpec:
@@ -42,7 +41,7 @@ class ArraySpec:
 
 
 def arg_specs(signature) -> list:
-    """Per parameter of a Numba kernel signature: an :class:`ArraySpec`, or the ctypes type of a scalar.
+    """Per parameter of a Numba kernel signature: an :class:`ArraySpec`, or a scalar's slot (its struct code).
     Raises NotImplementedError for a parameter type the raw launch does not lay out (records, tuples, ...)."""
     out = []
     for ty in signature.args:
@@ -51,8 +50,8 @@ def arg_specs(signature) -> list:
             if layout not in ("C", "A"):
                 raise NotImplementedError(f"array layout {layout!r}")
             out.append(ArraySpec(np.dtype(str(ty.dtype)), int(ty.ndim), layout == "C"))
-        elif str(ty) in _C_SCALARS:
-            out.append(_C_SCALARS[str(ty)])
+        elif str(ty) in _SCALAR_SLOTS:
+            out.append(_SCALAR_SLOTS[str(ty)])
         else:
             raise NotImplementedError(f"parameter type {ty}")
     return out
@@ -66,9 +65,6 @@ def c_strides(shape, itemsize: int) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
-_SLOT = {ctypes.c_int8: "b7x", ctypes.c_int16: "h6x", ctypes.c_int32: "i4x", ctypes.c_int64: "q",
-         ctypes.c_uint8: "B7x", ctypes.c_uint16: "H6x", ctypes.c_uint32: "I4x", ctypes.c_uint64: "Q",
-         ctypes.c_float: "f4x", ctypes.c_double: "d", ctypes.c_bool: "?7x"}
 _NUMBA_ARRAYS: tuple = ()  # Numba's device array class, once imported (its arrays never change shape or address)
 _FIELDS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # such an array -> its parameter fields
 
@@ -81,7 +77,7 @@ class Layout:
     __slots__ = ("struct", "n")
 
     def __init__(self, specs: list):
-        fmt = "".join("QQqqQ" + "q" * (2 * s.ndim) if isinstance(s, ArraySpec) else _SLOT[s] for s in specs)
+        fmt = "".join("QQqqQ" + "q" * (2 * s.ndim) if isinstance(s, ArraySpec) else s for s in specs)
         self.struct = struct.Struct("=" + fmt)
         self.n = self.struct.size // 8
 
@@ -213,33 +209,39 @@ def numba_entry(kernel, cc: tuple[int, int]) -> tuple[str, bytes] | None:
     return lib._entry_name, bytes(cubin)
 
 
-def _check(result, call: str):
+def check(result, call: str, error: type[Exception] = RuntimeError):
+    """The value(s) after a cuda-bindings driver call's result code (None when there are none); raises
+    ``error`` naming ``call`` and the driver's error name unless the code is success. ``workbench.device``
+    calls it with its own error class."""
     from cuda.bindings import driver as drv
 
     err = result[0] if isinstance(result, tuple) else result
     if err != drv.CUresult.CUDA_SUCCESS:
-        _, msg = drv.cuGetErrorName(err)
-        raise RuntimeError(f"{call} failed: {msg.decode() if isinstance(msg, bytes) else msg}")
-    return result[1] if isinstance(result, tuple) and len(result) == 2 else None
+        _, name = drv.cuGetErrorName(err)
+        raise error(f"{call} failed: {name.decode() if isinstance(name, bytes) else name}")
+    if isinstance(result, tuple):
+        rest = result[1:]
+        return rest[0] if len(rest) == 1 else (rest or None)
+    return None
 
 
 def current_context() -> int:
     """The current CUDA context's handle, Numba's primary context made current first if none is."""
     from cuda.bindings import driver as drv
 
-    ctx = int(_check(drv.cuCtxGetCurrent(), "cuCtxGetCurrent"))
+    ctx = int(check(drv.cuCtxGetCurrent(), "cuCtxGetCurrent"))
     if ctx == 0:
         nb.cuda.current_context()
-        ctx = int(_check(drv.cuCtxGetCurrent(), "cuCtxGetCurrent"))
+        ctx = int(check(drv.cuCtxGetCurrent(), "cuCtxGetCurrent"))
     return ctx
 
 
 def compute_capability() -> tuple[int, int]:
     from cuda.bindings import driver as drv
 
-    dev = _check(drv.cuCtxGetDevice(), "cuCtxGetDevice")
+    dev = check(drv.cuCtxGetDevice(), "cuCtxGetDevice")
     A = drv.CUdevice_attribute
-    return tuple(int(_check(drv.cuDeviceGetAttribute(a, dev), "cuDeviceGetAttribute"))
+    return tuple(int(check(drv.cuDeviceGetAttribute(a, dev), "cuDeviceGetAttribute"))
                  for a in (A.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
                            A.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR))
 
@@ -262,8 +264,8 @@ def load_function(kernel, cache_dir: str | None):
             return None
         write_entry(path, *found)
     entry, cubin = found
-    module = _check(drv.cuModuleLoadData(cubin), f"cuModuleLoadData ({kernel.__name__})")
-    fn = _check(drv.cuModuleGetFunction(module, entry.encode()), f"cuModuleGetFunction ({kernel.__name__})")
+    module = check(drv.cuModuleLoadData(cubin), f"cuModuleLoadData ({kernel.__name__})")
+    fn = check(drv.cuModuleGetFunction(module, entry.encode()), f"cuModuleGetFunction ({kernel.__name__})")
     kernel.functions[ctx] = (module, fn)
     return fn
 
@@ -291,5 +293,5 @@ class RawLaunch:
         if fn is None:
             return k.dispatcher[self.config](*args)
         slots, pointers = k.layout.params(values)  # both held until the driver has copied them
-        _check(drv.cuLaunchKernel(fn, *self.grid, *self.block, self.shared, drv.CUstream(self.stream),
+        check(drv.cuLaunchKernel(fn, *self.grid, *self.block, self.shared, drv.CUstream(self.stream),
                                   ctypes.addressof(pointers), 0), f"cuLaunchKernel ({k.__name__})")

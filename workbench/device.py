@@ -33,6 +33,7 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 
+from cuda_kernels.launch import check as launch_check
 from cuda_kernels.nb import SIMULATOR, cuda
 
 from .errors import WorkbenchError
@@ -49,16 +50,9 @@ def _drv():
 
 
 def check(result, call: str):
-    """Raise :class:`DeviceError` unless ``result`` (a cuda-bindings tuple) reports success."""
-    drv = _drv()
-    err = result[0] if isinstance(result, tuple) else result
-    if err != drv.CUresult.CUDA_SUCCESS:
-        _, name = drv.cuGetErrorName(err)
-        raise DeviceError(f"{call} failed: {name.decode() if isinstance(name, bytes) else name}")
-    if isinstance(result, tuple):
-        rest = result[1:]
-        return rest[0] if len(rest) == 1 else (rest or None)
-    return None
+    """Raise :class:`DeviceError` unless ``result`` (a cuda-bindings tuple) reports success; else its
+    value(s) (``cuda_kernels.launch.check``, which the raw kernel launches use too)."""
+    return launch_check(result, call, DeviceError)
 
 
 def device_count() -> int:
