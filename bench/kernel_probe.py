@@ -130,8 +130,8 @@ def main() -> int:
                     "dhead": cuda.device_array((B, cols), np.float32), "loss": cuda.device_array(B, np.float32)})
     gamma_n = 0.99 ** 3
 
-    def fused(lb, kern=c51.c51_head_loss_kernel):
-        return lambda st: kern[c51.loss_launch(B, ATOMS, nb) + (st,)](
+    def fused(lb, kern=c51.c51_head_loss_kernel, launch=c51.loss_launch):
+        return lambda st: kern[launch(B, ATOMS, nb) + (st,)](
             lb["pair"], lb["bias"], lb["ht"], lb["bias_t"], lb["acts"], lb["rew"], lb["done"], gamma_n, -10.0, 10.0,
             ATOMS, lb["w"], nb, consts[0], consts[1], max(BRANCHES), consts[2], 1.0 / B, lb["q"], lb["dhead"],
             lb["loss"], B)
@@ -143,14 +143,8 @@ def main() -> int:
         run(f"heads + loss now r{r} (variant)", lambda lb, kern=kern: fused(lb, kern), lbs, kern, lambda lb: None)
     if "old" in kmods and hasattr(kmods["old"][0], "c51_head_loss_kernel"):  # an older one-launch kernel
         m = kmods["old"][0]
-
-        def old_fused(lb, kern=m.c51_head_loss_kernel):
-            return lambda st: kern[m.loss_launch(B, ATOMS, nb) + (st,)](
-                lb["pair"], lb["bias"], lb["ht"], lb["bias_t"], lb["acts"], lb["rew"], lb["done"], gamma_n, -10.0,
-                10.0, ATOMS, lb["w"], nb, consts[0], consts[1], max(BRANCHES), consts[2], 1.0 / B, lb["q"],
-                lb["dhead"], lb["loss"], B)
-
-        outputs["old"] = run(f"heads + loss old (one launch) {B} samples", old_fused, lbs, m.c51_head_loss_kernel,
+        outputs["old"] = run(f"heads + loss old (one launch) {B} samples",
+                             lambda lb: fused(lb, m.c51_head_loss_kernel, m.loss_launch), lbs, m.c51_head_loss_kernel,
                              lambda lb: (lb["dhead"].copy_to_host(), lb["loss"].copy_to_host(), lb["q"].copy_to_host()))
     elif "old" in kmods and hasattr(kmods["old"][0], "c51_loss_kernel"):
         m = kmods["old"][0]
