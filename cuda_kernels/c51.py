@@ -79,9 +79,10 @@ def _fold(t, k, op):
 def _advantage_mean(hrow, head_bias, z, atoms, off, nA):
     """Mean over the branch's actions of atom z's advantage (with its bias), in float32 (``hrow``: the row)."""
     total = float32(0.0)
-    for a in range(nA):
-        c = atoms * (1 + off + a) + z
-        total += hrow[U(c)] + head_bias[U(c)]
+    c = U(atoms * (1 + off) + z)  # the first action's column; each next action is ``atoms`` further on
+    for _ in range(nA):
+        total += hrow[c] + head_bias[c]
+        c += U(atoms)
     return total * (float32(1.0) / float32(nA))
 
 
@@ -163,7 +164,7 @@ def dueling_head_kernel(head, head_bias, B, n_branch, branch_size, branch_off, a
     if b >= B:
         return
     lane = cuda.threadIdx.x
-    width = cuda.blockDim.x  # 32: a warp (fewer lanes only in the simulator, see head_launch)
+    width = cuda.blockDim.x if SIMULATOR else WARP  # a warp (fewer lanes only in the simulator, see head_launch)
     br = cuda.threadIdx.y
     nA, off = branch_size[br], branch_off[br]
     k = _slots(atoms, width)
@@ -254,7 +255,7 @@ def c51_head_loss_kernel(head, head_bias, head_t, head_bias_t, actions, reward, 
     if b >= B:
         return
     lane = cuda.threadIdx.x
-    width = cuda.blockDim.x  # 32: a warp (fewer lanes only in the simulator, see loss_launch)
+    width = cuda.blockDim.x if SIMULATOR else WARP  # a warp (fewer lanes only in the simulator, see loss_launch)
     br = cuda.threadIdx.y
     k = _slots(atoms, width)
     ce_br = cuda.shared.array(MAX_BRANCHES, float32)  # branch br's cross-entropy
