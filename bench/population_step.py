@@ -7,7 +7,8 @@ of 1M transitions per agent, filled by the agents' own envs: 4096 envs x 256 ste
 its own seed (and its own copy of the window). Each figure: median over 5 timed blocks of ``--steps``
 launches of the joint update graph, after one warm block, and the same ``--steps`` updates as one
 launch of a loop graph (the agents' passes side by side in one WHILE node), each agent's GEMMs on its
-own stream and (``batched``, what a population runs by default) the agents meeting at every GEMM for
+own stream, (``sm share``, ``gpu.sm_share``) the same with each GEMM's algorithm chosen for the SMs
+it fills beside the other agents, and (``batched``, ``gpu.batched_gemm``) the agents meeting at every GEMM for
 one batched cuBLAS GEMM (``workbench.agent.gemm.GemmMeeting``), and (``beside``, what a population
 of fewer than 8 agents runs by default) each agent's GEMMs on its own stream with its update's
 independent work on a second stream of its own (``DeviceTrainer.update_beside``). Also: device memory
@@ -85,6 +86,17 @@ def population(P: int, steps: int, fused: bool = True, pdl_modes=(), maths=("fp3
             row[math].update({f"{name}_ms_per_update": b_ms, f"{name}_agent_updates_per_s": P * 1e3 / b_ms,
                               f"{name}_graph_nodes": batched.n_nodes})
             del batched
+        if P > 1:  # each agent's GEMMs chosen for the SMs they fill beside the others (gpu.sm_share)
+            for t in trainers:
+                t.gemm.share_gpu(P)
+            shared = device.capture_loops(loops)
+            sh_ms = ms_per_step(device, shared.launch, steps)
+            row[math].update({"sm_share_ms_per_update": sh_ms, "sm_share_agent_updates_per_s": P * 1e3 / sh_ms})
+            del shared
+            if P >= 16:
+                row[math]["breakdown_sm_share_ms_per_agent"] = breakdown(device, lanes, trainers, steps)
+            for t in trainers:
+                t.gemm.share_gpu(1)
         beside = device.capture_loops([Loop(t.device, t.update_beside, steps, guard=t.state.learner.guard)
                                        for t in trainers])
         s_ms = ms_per_step(device, beside.launch, steps)
@@ -177,7 +189,7 @@ def main() -> int:
           f"(rings of {2 * CAP} slots); "
           f"{torch_rows[0][0]}: {torch_ms:.4f} ms/update = {1e3 / torch_ms:,.0f} updates/s")
     maths = args.maths.split(",")
-    cols = ["ms/launch", "upd/s", "x torch", "loop upd/s", "batched", "beside"]
+    cols = ["ms/launch", "upd/s", "x torch", "loop upd/s", "batched", "sm share", "beside"]
     print(f"{'P':>3} {'MB/agent':>9} {'nodes':>6} {'setup s':>8} " + " ".join(f"{m + ' ' + c:>16}" for m in maths for c in cols))
     for r in rows:
         cells = []
@@ -185,7 +197,8 @@ def main() -> int:
             x = r[m]
             cells += [f"{x['ms_per_launch']:16.4f}", f"{x['agent_updates_per_s']:16,.0f}",
                       f"{x['agent_updates_per_s'] * torch_ms / 1e3:16.2f}", f"{x['loop_agent_updates_per_s']:16,.0f}",
-                      f"{x.get('batched_agent_updates_per_s', 0):16,.0f}", f"{x['beside_agent_updates_per_s']:16,.0f}"]
+                      f"{x.get('batched_agent_updates_per_s', 0):16,.0f}",
+                      f"{x.get('sm_share_agent_updates_per_s', 0):16,.0f}", f"{x['beside_agent_updates_per_s']:16,.0f}"]
         print(f"{r['P']:3d} {r['bytes_per_agent'] / 2**20:9.0f} {r[maths[0]]['graph_nodes']:6d} {r['setup_s']:8.1f} "
               + " ".join(cells))
     for mode in modes:

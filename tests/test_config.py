@@ -49,7 +49,7 @@ def test_zero_cost_market_is_refused(tmp_path):
         load_market(str(p))
 
 
-@pytest.mark.parametrize("switch", ["batched_gemm", "branches", "fused_epilogues"])
+@pytest.mark.parametrize("switch", ["batched_gemm", "sm_share", "branches", "fused_epilogues"])
 def test_gpu_switches_take_on_or_off_and_refuse_the_rest(switch):
     """The [gpu] on/off switches override the profile's value, and anything else is refused naming the key;
     an agent's side stream is only made where ``gpu.branches`` is on."""

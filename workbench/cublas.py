@@ -45,6 +45,7 @@ class Cublas:
         self.workspace = cuda.device_array(workspace_bytes, dtype="uint8")
         self._check(self.lib.cublasSetWorkspace_v2(self.handle, ctypes.c_void_p(device_pointer(self.workspace)),
                                                    ctypes.c_size_t(workspace_bytes)), "cublasSetWorkspace_v2")
+        self.agents = 1  # agents whose GEMMs run at once on the GPU (share_gpu)
         self.lt, self.lt_error = None, ""
         if epilogues:  # fused epilogues (workbench.cublaslt) on the same stream and workspace, where they load
             from .cublaslt import CublasLt, EpilogueUnavailable
@@ -86,12 +87,32 @@ class Cublas:
         """Whether :meth:`gemm_epilogue` runs (cuBLASLt loaded)."""
         return self.lt is not None
 
+    def share_gpu(self, agents: int) -> None:
+        """The GEMMs enqueued (captured) from now on run beside ``agents - 1`` other agents' (a population's
+        lanes): from 2 on, each runs through cuBLASLt with the algorithm chosen for the SMs its output
+        fills (:func:`workbench.cublaslt.sm_target`), not for the whole GPU; 1: cuBLAS's own choice, what
+        an agent alone runs. Without cuBLASLt (nvmath-python) every GEMM keeps cuBLAS's choice."""
+        self.agents = max(1, int(agents)) if self.lt is not None else 1
+
+    def _target(self, C) -> int:
+        from .cublaslt import sm_target
+
+        M, N = C.shape
+        return sm_target(M, N, self.agents, self.device.info.multiprocessors, self.math)
+
     def gemm_epilogue(self, A, B, C, trans_a: int, trans_b: int, kind: str, bias, mask=None) -> None:
         """Row-major ``C = op(A) @ op(B)`` with a fused epilogue (:meth:`workbench.cublaslt.CublasLt.matmul`)."""
-        self.lt.matmul(A, B, C, trans_a, trans_b, kind, bias, mask)
+        self.lt.matmul(A, B, C, trans_a, trans_b, kind, bias, mask, target=self._target(C))
 
     def gemm(self, A, B, C, trans_a: int = 0, trans_b: int = 0, alpha: float = 1.0, beta: float = 0.0) -> None:
-        """Row-major ``C[M, N] = alpha * op(A) @ op(B) + beta * C`` (cuBLAS sees the transposed problem)."""
+        """Row-major ``C[M, N] = alpha * op(A) @ op(B) + beta * C`` (cuBLAS sees the transposed problem;
+        cuBLASLt, with its algorithm chosen for fewer SMs, where the GPU is shared: :meth:`share_gpu`)."""
+        target = self._target(C) if self.agents > 1 and alpha == 1.0 and beta == 0.0 else 0
+        if target:
+            from .cublaslt import PLAIN
+
+            self.lt.matmul(A, B, C, trans_a, trans_b, PLAIN, None, target=target)
+            return
         M, N = C.shape
         K = A.shape[0] if trans_a else A.shape[1]
         lda = M if trans_a else K

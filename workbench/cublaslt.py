@@ -6,7 +6,14 @@
 - ``relu_bias``: ``C = relu(C + bias)`` (``bias`` [N]), the ReLU's bit mask written to ``mask`` when one
   is given (cuBLASLt's ``RELU_AUX_BIAS``; ``RELU_BIAS`` without);
 - ``drelu_bgrad``: ``C = C * (forward output > 0)`` read from the forward's bit mask, and ``bias`` [N]
-  receives ``C``'s column sums (``DRELU_BGRAD``): a ReLU layer's input gradient and its bias gradient.
+  receives ``C``'s column sums (``DRELU_BGRAD``): a ReLU layer's input gradient and its bias gradient;
+- ``plain``: the GEMM alone (a population's GEMMs told how many SMs to count on, below).
+
+``sm_target`` (cuBLASLt's ``SM_COUNT_TARGET``; 0: every SM): the number of SMs the heuristic chooses
+the GEMM's algorithm for, when other streams share the GPU (a population's agents on their lanes). A
+1024-row GEMM picked for 132 SMs is cut into small tiles (and split over K) to fill them alone; with
+16 agents' lanes side by side the GPU is full already and those tiles are the slow choice
+(:func:`sm_target`).
 
 Measured on the H200 (``bench/cublaslt_probe.py``, ``bench/train_step.py``, 2026-12-04): the forward's
 bias + ReLU fused into the GEMM equals SGEMM then our bias kernel bit for bit and takes 29 us instead
@@ -29,7 +36,25 @@ import numpy as np
 from .device import Device, DeviceError, device_pointer
 
 R32F = 0  # cudaDataType CUDA_R_32F
-RELU_BIAS, DRELU_BGRAD = "relu_bias", "drelu_bgrad"
+RELU_BIAS, DRELU_BGRAD, PLAIN = "relu_bias", "drelu_bgrad", "plain"
+
+
+# Output tile area that sm_target counts an SM for: cuBLASLt's large TF32 tiles are 128 x 256, its fp32
+# (SIMT) ones 128 x 128.
+TILE_AREA = {"tf32": 128 * 256, "fp32": 128 * 128}
+
+
+def sm_target(M: int, N: int, agents: int, sms: int, math: str) -> int:
+    """The SM count target of a ``[M, N]`` GEMM run by each of ``agents`` agents at once on a GPU of
+    ``sms`` SMs: as many SMs as its output has large tiles, and at least the agent's share of the GPU
+    (0, every SM, for an agent alone or where that is every SM anyway). Measured on the H100
+    (``bench/lt_algo_probe.py``, 16 lanes, TF32, us per agent): 2048 x 512 x 512 10.4 -> 5.0 (target
+    33), 1024 x 512 x 512 5.0 -> 2.9 (16), 512 x 512 x 1024 (a weight gradient) 7.7 -> 3.6 (8)."""
+    if agents <= 1:
+        return 0
+    tiles = -(-M * N // TILE_AREA.get(math, TILE_AREA["fp32"]))
+    target = max(tiles, -(-sms // agents))
+    return 0 if target >= sms else int(target)
 
 
 def mask_ld(cols: int) -> int:
@@ -68,7 +93,7 @@ class CublasLt:
         buf = np.array([value], dtype=dtype_of(attr))
         setter(obj, attr, buf.ctypes.data, buf.nbytes)
 
-    def _plan(self, key, M: int, N: int, K: int, ta: int, tb: int, kind: str, bias, mask):
+    def _plan(self, key, M: int, N: int, K: int, ta: int, tb: int, kind: str, bias, mask, target: int):
         L = self.L
         desc = L.matmul_desc_create(self.compute[self.math], R32F)
         A = L.MatmulDescAttribute
@@ -80,10 +105,15 @@ class CublasLt:
             epi = L.Epilogue.RELU_AUX_BIAS if mask is not None else L.Epilogue.RELU_BIAS
         elif kind == DRELU_BGRAD:
             epi = L.Epilogue.DRELU_BGRAD
+        elif kind == PLAIN:
+            epi = L.Epilogue.DEFAULT
         else:
             raise ValueError(f"unknown epilogue {kind!r}")
         dset(A.EPILOGUE, int(epi))
-        dset(A.BIAS_POINTER, device_pointer(bias))
+        if bias is not None:
+            dset(A.BIAS_POINTER, device_pointer(bias))
+        if target:
+            dset(A.SM_COUNT_TARGET, int(target))
         if mask is not None:
             dset(A.EPILOGUE_AUX_POINTER, device_pointer(mask))
             dset(A.EPILOGUE_AUX_LD, mask_ld(N))
@@ -102,22 +132,25 @@ class CublasLt:
             why = "the heuristic returned none"
         if count[0] < 1:
             raise EpilogueUnavailable(f"cuBLASLt offers no {epi.name} algorithm for {M}x{N}x{K} "
-                                      f"(trans {ta}{tb}, {self.math}): {why}", "set gpu.fused_epilogues = 'off'")
+                                      f"(trans {ta}{tb}, {self.math}, SM target {target}): {why}",
+                                      "set gpu.fused_epilogues = 'off'" if kind != PLAIN else "set gpu.sm_share = 'off'")
         plan = (desc, lay_a, lay_b, lay_c, results)
         self.plans[key] = plan
         return plan
 
-    def matmul(self, A, B, C, ta: int, tb: int, kind: str, bias, mask=None) -> None:
-        """Row-major ``C = op(A) @ op(B)`` with the epilogue ``kind`` (module docstring), on the stream."""
+    def matmul(self, A, B, C, ta: int, tb: int, kind: str, bias, mask=None, target: int = 0) -> None:
+        """Row-major ``C = op(A) @ op(B)`` with the epilogue ``kind`` (``bias`` None for ``plain``), its
+        algorithm chosen for ``target`` SMs (0: every SM), on the stream (module docstring)."""
         M, N = C.shape
         K = A.shape[0] if ta else A.shape[1]
         for m in (A, B, C):
             if m.strides != (4 * m.shape[1], 4):
                 raise ValueError("cuBLASLt GEMMs here take contiguous row-major float32 matrices")
-        ptrs = (device_pointer(A), device_pointer(B), device_pointer(C), device_pointer(bias),
-                device_pointer(mask) if mask is not None else 0)
-        key = (self.math, M, N, K, int(ta), int(tb), kind) + ptrs
-        desc, lay_a, lay_b, lay_c, results = self.plans.get(key) or self._plan(key, M, N, K, ta, tb, kind, bias, mask)
+        ptrs = (device_pointer(A), device_pointer(B), device_pointer(C),
+                device_pointer(bias) if bias is not None else 0, device_pointer(mask) if mask is not None else 0)
+        key = (self.math, M, N, K, int(ta), int(tb), kind, int(target)) + ptrs
+        desc, lay_a, lay_b, lay_c, results = (self.plans.get(key)
+                                              or self._plan(key, M, N, K, ta, tb, kind, bias, mask, target))
         self.L.matmul(self.handle, desc, self.alpha.ctypes.data, ptrs[1], lay_a, ptrs[0], lay_b, self.beta.ctypes.data,
                       ptrs[2], lay_c, ptrs[2], lay_c, results.ptr, device_pointer(self.workspace),
                       int(self.workspace.size), int(self.device.raw_stream))

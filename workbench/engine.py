@@ -308,7 +308,10 @@ class WalkForward:
                         groups=plan.get("groups", 0) + 1,
                         batched_gemm=(f"on from {BATCH_MIN_AGENTS} agents per graph: results within rounding of one "
                                       "agent at a time, which training amplifies" if batched else
-                                      "off: every agent bit for bit as alone"))
+                                      "off: every agent bit for bit as alone"),
+                        sm_share=("on: each agent's GEMMs planned for the SMs it fills beside the others, results "
+                                  "within rounding of one agent at a time" if prof.sm_share and prof.gemm == "cublas"
+                                  else "off: each agent's GEMMs as cuBLAS picks them alone"))
             for k in dict.fromkeys(group):  # a fold's seeds are one fold on screen
                 if k in started:
                     continue

@@ -36,7 +36,7 @@ class Backend:
         if overrides is None:
             return self.profile
         changes = {k: v for k, v in dataclasses.asdict(overrides).items() if v}
-        for switch in ("batched_gemm", "branches", "fused_epilogues"):
+        for switch in ("batched_gemm", "sm_share", "branches", "fused_epilogues"):
             if switch in changes:
                 if changes[switch] not in ("on", "off"):
                     raise ConfigError(f"gpu.{switch} must be 'on' or 'off', got {changes[switch]!r}")
