@@ -88,7 +88,7 @@ def population(P: int, steps: int, fused: bool = True, pdl_modes=(), maths=("fp3
             del batched
         if P > 1:  # each agent's GEMMs chosen for the SMs they fill beside the others (gpu.sm_share)
             for t in trainers:
-                t.gemm.share_gpu(P)
+                t.gemm.share_gpu(True)
             shared = device.capture_loops(loops)
             sh_ms = ms_per_step(device, shared.launch, steps)
             row[math].update({"sm_share_ms_per_update": sh_ms, "sm_share_agent_updates_per_s": P * 1e3 / sh_ms})
@@ -96,7 +96,7 @@ def population(P: int, steps: int, fused: bool = True, pdl_modes=(), maths=("fp3
             if P >= 16:
                 row[math]["breakdown_sm_share_ms_per_agent"] = breakdown(device, lanes, trainers, steps)
             for t in trainers:
-                t.gemm.share_gpu(1)
+                t.gemm.share_gpu(False)
         beside = device.capture_loops([Loop(t.device, t.update_beside, steps, guard=t.state.learner.guard)
                                        for t in trainers])
         s_ms = ms_per_step(device, beside.launch, steps)

@@ -45,7 +45,7 @@ class Cublas:
         self.workspace = cuda.device_array(workspace_bytes, dtype="uint8")
         self._check(self.lib.cublasSetWorkspace_v2(self.handle, ctypes.c_void_p(device_pointer(self.workspace)),
                                                    ctypes.c_size_t(workspace_bytes)), "cublasSetWorkspace_v2")
-        self.agents = 1  # agents whose GEMMs run at once on the GPU (share_gpu)
+        self.shared = False  # GEMMs planned for the SMs they fill beside other agents' (share_gpu)
         self.lt, self.lt_error = None, ""
         if epilogues:  # fused epilogues (workbench.cublaslt) on the same stream and workspace, where they load
             from .cublaslt import CublasLt, EpilogueUnavailable
@@ -87,18 +87,19 @@ class Cublas:
         """Whether :meth:`gemm_epilogue` runs (cuBLASLt loaded)."""
         return self.lt is not None
 
-    def share_gpu(self, agents: int) -> None:
-        """The GEMMs enqueued (captured) from now on run beside ``agents - 1`` other agents' (a population's
-        lanes): from 2 on, each runs through cuBLASLt with the algorithm chosen for the SMs its output
-        fills (:func:`workbench.cublaslt.sm_target`), not for the whole GPU; 1: cuBLAS's own choice, what
-        an agent alone runs. Without cuBLASLt (nvmath-python) every GEMM keeps cuBLAS's choice."""
-        self.agents = max(1, int(agents)) if self.lt is not None else 1
+    def share_gpu(self, on: bool) -> None:
+        """``gpu.sm_share`` for the GEMMs enqueued (captured) from now on: on, each runs through cuBLASLt
+        with the algorithm chosen for the SMs its output fills (:func:`workbench.cublaslt.sm_target`), as
+        fits a GPU shared with other agents' lanes, not for the whole GPU; off: cuBLAS's own choice. The
+        same choice for an agent alone, so its results are the same alone and in a population of any size.
+        Without cuBLASLt (nvmath-python) every GEMM keeps cuBLAS's choice."""
+        self.shared = bool(on) and self.lt is not None
 
     def _target(self, C) -> int:
         from .cublaslt import sm_target
 
         M, N = C.shape
-        return sm_target(M, N, self.agents, self.device.info.multiprocessors, self.math)
+        return sm_target(M, N, self.device.info.multiprocessors, self.math) if self.shared else 0
 
     def gemm_epilogue(self, A, B, C, trans_a: int, trans_b: int, kind: str, bias, mask=None) -> None:
         """Row-major ``C = op(A) @ op(B)`` with a fused epilogue (:meth:`workbench.cublaslt.CublasLt.matmul`)."""
@@ -107,7 +108,7 @@ class Cublas:
     def gemm(self, A, B, C, trans_a: int = 0, trans_b: int = 0, alpha: float = 1.0, beta: float = 0.0) -> None:
         """Row-major ``C[M, N] = alpha * op(A) @ op(B) + beta * C`` (cuBLAS sees the transposed problem;
         cuBLASLt, with its algorithm chosen for fewer SMs, where the GPU is shared: :meth:`share_gpu`)."""
-        target = self._target(C) if self.agents > 1 and alpha == 1.0 and beta == 0.0 else 0
+        target = self._target(C) if alpha == 1.0 and beta == 0.0 else 0
         if target:
             from .cublaslt import PLAIN
 

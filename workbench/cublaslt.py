@@ -44,17 +44,15 @@ RELU_BIAS, DRELU_BGRAD, PLAIN = "relu_bias", "drelu_bgrad", "plain"
 TILE_AREA = {"tf32": 128 * 256, "fp32": 128 * 128}
 
 
-def sm_target(M: int, N: int, agents: int, sms: int, math: str) -> int:
-    """The SM count target of a ``[M, N]`` GEMM run by each of ``agents`` agents at once on a GPU of
-    ``sms`` SMs: as many SMs as its output has large tiles, and at least the agent's share of the GPU
-    (0, every SM, for an agent alone or where that is every SM anyway). Measured on the H100
-    (``bench/lt_algo_probe.py``, 16 lanes, TF32, us per agent): 2048 x 512 x 512 10.4 -> 5.0 (target
-    33), 1024 x 512 x 512 5.0 -> 2.9 (16), 512 x 512 x 1024 (a weight gradient) 7.7 -> 3.6 (8)."""
-    if agents <= 1:
-        return 0
+def sm_target(M: int, N: int, sms: int, math: str) -> int:
+    """The SM count target of a ``[M, N]`` GEMM that runs beside other agents' (a population's lanes):
+    as many SMs as its output has large tiles (0, every SM, where that is every SM anyway). It depends
+    on the GEMM's shape alone, not on how many agents run, so an agent's GEMMs, and so its results, are
+    the same in a population of any size. Measured on the H100 (``bench/lt_algo_probe.py``, 16 lanes,
+    TF32, us per agent): 2048 x 512 x 512 10.4 -> 5.0 (target 33), 1024 x 512 x 512 5.0 -> 2.9 (16),
+    512 x 512 x 1024 (a weight gradient) 7.7 -> 3.6 (8)."""
     tiles = -(-M * N // TILE_AREA.get(math, TILE_AREA["fp32"]))
-    target = max(tiles, -(-sms // agents))
-    return 0 if target >= sms else int(target)
+    return 0 if tiles >= sms else int(tiles)
 
 
 def mask_ld(cols: int) -> int:

@@ -309,9 +309,10 @@ class WalkForward:
                         batched_gemm=(f"on from {BATCH_MIN_AGENTS} agents per graph: results within rounding of one "
                                       "agent at a time, which training amplifies" if batched else
                                       "off: every agent bit for bit as alone"),
-                        sm_share=("on: each agent's GEMMs planned for the SMs it fills beside the others, results "
-                                  "within rounding of one agent at a time" if prof.sm_share and prof.gemm == "cublas"
-                                  else "off: each agent's GEMMs as cuBLAS picks them alone"))
+                        sm_share=("on: each agent's GEMMs planned for the SMs they fill beside the others' (the "
+                                  "same alone with this setting; within rounding of the results with it off)"
+                                  if prof.sm_share and prof.gemm == "cublas" else
+                                  "off: each agent's GEMMs as cuBLAS picks them for the whole GPU"))
             for k in dict.fromkeys(group):  # a fold's seeds are one fold on screen
                 if k in started:
                     continue

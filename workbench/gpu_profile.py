@@ -38,10 +38,10 @@ class GpuProfile:
                                    "cuBLAS GEMM: ~8 % more agent-updates/s, but each agent's results then differ from "
                                    "its results alone by rounding, which training amplifies (false, the default: each "
                                    "agent's GEMMs on its own stream, bit for bit what it computes alone)")
-    sm_share: bool = _f(False, "in a population, each agent's GEMMs through cuBLASLt with the algorithm chosen for "
-                               "the SMs its output fills rather than for the whole GPU (the agents' lanes fill it "
-                               "together): faster from a few agents on, but an agent's GEMMs then add in another "
-                               "order than alone, so its results differ from its results alone by rounding")
+    sm_share: bool = _f(False, "every agent's GEMMs through cuBLASLt with the algorithm chosen for the SMs its "
+                               "output fills rather than for the whole GPU, as fits a population whose lanes fill "
+                               "it together (an agent alone uses the same algorithms, so its results are the same "
+                               "alone and in a population; they differ by rounding from those with this off)")
     branches: bool = _f(True, "an update's work that does not wait on its main chain (the target forward, weight "
                               "gradients, priority update) on a second stream beside it, for an agent training "
                               "alone (false: one stream; the same results bit for bit either way)")

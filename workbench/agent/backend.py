@@ -5,7 +5,7 @@ from cuda_kernels.nb import gpu_available
 
 from ..errors import ConfigError
 from ..gpu_profile import MATHS, PDL_MODES, load_profile, select_profile
-from .gemm import set_math
+from .gemm import set_math, set_sharing
 
 
 class Backend:
@@ -54,6 +54,7 @@ class Backend:
 
             self._graph_edges(profile)
             set_math(self.gemm, profile.math)
+            set_sharing(self.gemm, profile.sm_share)
             return DeviceTrainer(self.device, self.gemm, profile, cfg, spec, capital, seed,
                                  side=self._side_maker("main", self.device, profile))
         from .cpu_trainer import CpuTrainer
@@ -72,6 +73,7 @@ class Backend:
             self.lanes.append((lane, make_gemm(lane, profile.gemm, profile.math)))
         lane, gemm = self.lanes[i]
         set_math(gemm, profile.math)
+        set_sharing(gemm, profile.sm_share)
         self._graph_edges(profile)
         return DeviceTrainer(lane, gemm, profile, cfg, spec, capital, seed, side=self._side_maker(i, lane, profile))
 
@@ -95,6 +97,7 @@ class Backend:
             if k not in self.sides:
                 lane = device.lane()
                 self.sides[k] = Side(lane, make_gemm(lane, profile.gemm, profile.math))
+            set_sharing(self.sides[k].gemm, profile.sm_share)
             return self.sides[k]
 
         return make

@@ -42,6 +42,14 @@ def set_math(gemm, math: str) -> None:
         gemm.set_math(math)
 
 
+def set_sharing(gemm, on: bool) -> None:
+    """A run's ``gpu.sm_share`` on a GEMM backend (possibly made for another run): cuBLAS plans what is
+    enqueued (captured) from now on for the SMs each GEMM fills (:meth:`workbench.cublas.Cublas.share_gpu`);
+    the Numba GEMM has no such choice."""
+    if hasattr(gemm, "share_gpu"):
+        gemm.share_gpu(on)
+
+
 BATCH_MIN_AGENTS = 8  # a GEMM meeting batches from this many agents on (measured: GemmMeeting's docstring)
 
 

@@ -96,15 +96,7 @@ class GpuPopulation:
                     # an agent alone: its update beside its side stream where it has one (with 5, 16 and 32
                     # agents the GPU is already full: measured on the H200, the side streams bought nothing)
                     ts[0].use_side()
-                share = len(ts) if ts[0].profile.sm_share else 1
-                for t in ts:  # each lane's GEMMs chosen for the SMs it gets beside the others (gpu.sm_share)
-                    getattr(t.gemm, "share_gpu", lambda n: None)(share)
-                try:
-                    self.joint[key] = self.device.capture_loops([getattr(t, f"{phase}_loop")() for t in ts],
-                                                                meet=meet)
-                finally:
-                    for t in ts:
-                        getattr(t.gemm, "share_gpu", lambda n: None)(1)
+                self.joint[key] = self.device.capture_loops([getattr(t, f"{phase}_loop")() for t in ts], meet=meet)
         return self.joint[key]
 
     # ---------------------------------------------------------------- the phases run_agents drives
