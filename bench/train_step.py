@@ -64,10 +64,13 @@ def us_per_launch(device, lanes, fns, inner: int) -> float:
     return 1e3 * ms_per_step(device, lambda: g.replay(4), 4 * inner * len(fns))
 
 
-def ours(math: str, steps: int, rows: list, fused: bool = True, beside: bool = False, pdl: str = "off"):
+def ours(math: str, steps: int, rows: list, fused: bool = True, beside: bool = False, pdl: str = "off",
+         share: bool = False):
     """Our update at the reference shape (``beside``: its independent work on a side stream,
     ``DeviceTrainer.update_beside``; ``pdl``: programmatic edges between the graphs' kernels,
-    ``workbench.graph_edges``; the per-launch breakdown is measured on one stream without them only)."""
+    ``workbench.graph_edges``; ``share``: the GEMMs planned for the SMs they fill, ``gpu.sm_share``, what
+    an agent alone runs where its profile shares the GPU with a population; the per-launch breakdown is
+    measured on one stream without them only)."""
     from workbench.agent.gemm import make_gemm
     from workbench.agent.train_config import TrainConfig
     from workbench.agent.trainer import DeviceTrainer, Side
@@ -80,16 +83,19 @@ def ours(math: str, steps: int, rows: list, fused: bool = True, beside: bool = F
                       gemm="cublas", math=math, fused_epilogues=fused)
     cfg = TrainConfig(replay_capacity=CAP, rollout_steps=256, learning_starts=0)
     lane = device.lane()
-    side = (lambda: Side(lane, make_gemm(lane, "cublas", math))) if beside else None
-    tr = DeviceTrainer(device, make_gemm(device, "cublas", math), prof, cfg, load_market("es"), 100_000.0, seed=1,
-                       side=side)
+    gemms = [make_gemm(lane, "cublas", math), make_gemm(device, "cublas", math)]
+    for g in gemms:
+        g.share_gpu(share)
+    side = (lambda: Side(lane, gemms[0])) if beside else None
+    tr = DeviceTrainer(device, gemms[1], prof, cfg, load_market("es"), 100_000.0, seed=1, side=side)
     w = _window()
     g = tr.prepare(w)
     if fused and not tr.state.nets.online.fused:
         raise SystemExit(f"fused epilogues asked for but unavailable: {tr.gemm.lt_error}")
     back = "and backward" if tr.state.nets.online.fuses_backward else "only"
     math = (f"{math}, {f'fused epilogues: forward {back}' if fused else 'bias kernels'}"
-            + (", side stream" if beside else "") + (f", PDL {pdl}" if pdl != "off" else ""))
+            + (", side stream" if beside else "") + (f", PDL {pdl}" if pdl != "off" else "")
+            + (", sm_share" if share else ""))
     tr.state.envs.eps_slot.value[0] = 1.0
     g.experience.launch()  # 4096 envs x 256 steps = 1M transitions: a full ring
     device.synchronize()
@@ -100,7 +106,7 @@ def ours(math: str, steps: int, rows: list, fused: bool = True, beside: bool = F
     loop_ms = ms_per_step(device, loop.launch, steps)
     eager_ms = ms_per_step(device, lambda: [tr.enqueue_update(device.stream) for _ in range(steps)], steps)
     assert tr.state.learner.guard.copy_to_host()[0] == 0  # every loop ran all its passes
-    if not beside and pdl == "off":
+    if not beside and pdl == "off" and not share:
         breakdown(tr, device, rows, math)
     rows.append((f"ours, graph replay, cuBLAS {math}", graph_ms, one.n_nodes))
     rows.append((f"ours, graph loop ({steps} updates in one launch), cuBLAS {math}", loop_ms, one.n_nodes))
@@ -272,12 +278,16 @@ def main() -> int:
     p.add_argument("--pdl", default="programmatic,order",
                    help="programmatic-edge modes measured beside the plain graphs (comma-separated; '' for none)")
     p.add_argument("--maths", default="fp32,tf32", help="GEMM maths measured (comma list)")
+    p.add_argument("--sm-share", action="store_true",
+                   help="also the side-stream update with gpu.sm_share's GEMMs (what an agent alone runs then)")
     args = p.parse_args()
     rows: list = []
     modes = [m for m in args.pdl.split(",") if m and m != "off"]
     for math in args.maths.split(","):
         for fused in (False, True):
             ours(math, args.steps, rows, fused)
+        if args.sm_share:
+            ours(math, args.steps, rows, True, beside=True, share=True)
         for pdl in ("off", *modes):
             ours(math, args.steps, rows, True, beside=True, pdl=pdl)
             if math == "tf32" and pdl != "off":

@@ -78,29 +78,33 @@ def test_walkforward_in_populations_equals_one_fold_at_a_time(bars):
     """The GPU walk-forward trains its folds (here 3 folds x 3 seeds) side by side by default, every
     agent's result the one it gets alone (gpu.population = 1), bit for bit; with ``gpu.batched_gemm =
     "on"`` (9 agents: batched; cuBLAS's batched kernels add in another order) a population run is
-    reproducible bit for bit and within a stated tolerance of one agent at a time; with ``gpu.sm_share =
-    "on"`` (each agent's GEMMs planned for the SMs they fill beside the others: other algorithms) every
-    agent's result is again the one it gets alone with the same setting, bit for bit, and within the
-    same tolerance of the default's; the plan is stated in summary.json."""
+    reproducible bit for bit and within a stated tolerance of one agent at a time; with ``gpu.sm_share``
+    the other way round from the profile's (each agent's GEMMs planned for the SMs they fill beside the
+    others, or for the whole GPU: other algorithms) every agent's result is again the one it gets alone
+    with that setting, bit for bit, and within the same tolerance of the profile's; the plan is stated
+    in summary.json."""
+    from workbench.agent.backend import make_backend
     from workbench.config import load_config
     from workbench.engine import WalkForward
     args = ["training.epochs=2", "training.max_steps_per_epoch=30", "training.rollout_steps=16",
             "training.learning_starts=1024", "training.seeds=3", "splits.train=3000", "splits.val=1000",
             "splits.test=1000", "splits.max_folds=3", 'device="gpu"']
     runs = {}
-    on, share = ['gpu.batched_gemm="on"'], ['gpu.sm_share="on"']
+    on = ['gpu.batched_gemm="on"']
+    flip = f'gpu.sm_share="{"off" if make_backend("gpu").profile.sm_share else "on"}"'  # the profile's other setting
     for key, extra in (("alone", ["gpu.population=1"]), ("exact", []), ("batched", on), ("batched again", on),
-                       ("sm share", share), ("sm share alone", [*share, "gpu.population=1"])):
+                       ("other sm_share", [flip]), ("other sm_share alone", [flip, "gpu.population=1"])):
         runs[key] = WalkForward(load_config(None, [*args, *extra])).run(bars, progress=None)
     a, b = runs["exact"], runs["alone"]
     assert len(a.fold_results) == 3 and all(f.ok for f in a.fold_results)
-    for x, y in zip(a.fold_results, b.fold_results):
+    for x, y in [*zip(a.fold_results, b.fold_results),
+                 *zip(runs["other sm_share"].fold_results, runs["other sm_share alone"].fold_results)]:
         assert np.array_equal(x.params, y.params)  # [seeds, n_params]
         assert np.array_equal(x.bars["pnl_usd"].to_numpy(), y.bars["pnl_usd"].to_numpy())
     assert a.fold_results[0].members[0].epochs[0]["ms"]["agents_per_launch"] == 9
     for x, y, z in [*zip(runs["batched"].fold_results, runs["batched again"].fold_results, b.fold_results),
-                    *zip(runs["sm share"].fold_results, runs["sm share alone"].fold_results, b.fold_results)]:
-        assert np.array_equal(x.params, y.params)  # reproducible (sm_share: alone as in the population)
+                    *zip(runs["other sm_share"].fold_results, runs["other sm_share"].fold_results, b.fold_results)]:
+        assert np.array_equal(x.params, y.params)  # reproducible
         assert np.array_equal(x.bars["pnl_usd"].to_numpy(), y.bars["pnl_usd"].to_numpy())
         for xs, zs, k in zip(x.members, z.members, range(3)):
             dev = np.max(np.abs(x.params[k] - z.params[k])) / np.max(np.abs(z.params[k]))
