@@ -9,7 +9,10 @@ loops (:meth:`Device.capture_loops`: agents with the same number of passes share
 body forks their passes onto their lanes), validation as branches forked from and joined back into
 the population's stream (:meth:`Device.capture_lanes`).
 Kernels and buffers are the single agent's, unchanged, so every agent computes bit for bit what it
-computes alone. The update's GEMMs can be the exception from 8 agents on (``gpu.batched_gemm = "on"``,
+computes alone. With ``gpu.sm_share`` (the h100 and h200 profiles) every GEMM runs the algorithm cuBLASLt
+chooses for the SMs its output fills, not for the whole GPU (:func:`workbench.cublaslt.sm_target`: ~1.3x
+the TF32 agent-updates per second at 16 agents on the H100); the choice depends on the GEMM's shape
+alone and an agent alone makes it too, so that still holds. The update's GEMMs can be the exception from 8 agents on (``gpu.batched_gemm = "on"``,
 off by default): agents whose update loops share a WHILE node then run their passes in lockstep and
 meet at each GEMM, which runs for all of them as one batched cuBLAS GEMM
 (:class:`~workbench.agent.gemm.GemmMeeting`; ~1.08x the agent-updates per second at 16 and 32 agents
