@@ -111,7 +111,8 @@ class Backend:
                    "bias+ReLU kernels" + ("" if fused or not getattr(self.gemm, "lt_error", "") else
                                           f" ({self.gemm.lt_error.split(':')[0]})"))
             gemm = f"cublas-{prof.math}" if hasattr(self.gemm, "set_math") else self.gemm.name
-            return f"gpu {i.name} ({i.total_memory / 2**30:.0f} GiB), profile {prof.name}, gemm {gemm}, {epi}"
+            share = ", GEMMs planned for the SMs they fill (sm_share)" if prof.sm_share and fused else ""
+            return f"gpu {i.name} ({i.total_memory / 2**30:.0f} GiB), profile {prof.name}, gemm {gemm}, {epi}{share}"
         return f"cpu reference backend, profile {self.profile.name}"
 
 
