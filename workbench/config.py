@@ -91,8 +91,9 @@ class GpuOverrides:
     batched_gemm: str = _f("", "'on' or 'off': from 8 agents on, a population's agents' same GEMM as one batched "
                                "GEMM ('' = the profile's, off: every agent bit for bit what it computes alone; on: "
                                "within rounding of it, ~8 % faster)")
-    sm_share: str = _f("", "'on' or 'off': a population's GEMMs chosen for the SMs they fill beside the other agents "
-                           "('' = the profile's; on: faster, each agent within rounding of its results alone)")
+    sm_share: str = _f("", "'on' or 'off': every GEMM's algorithm chosen for the SMs it fills beside the other "
+                           "agents' ('' = the profile's; on: a population faster, an agent alone slower, each agent "
+                           "the same alone and in a population; on and off differ by rounding)")
     branches: str = _f("", "'on' or 'off': an update's independent work on a second stream beside its main chain "
                            "('' = the profile's; the same results bit for bit either way)")
     fused_epilogues: str = _f("", "'on' or 'off': the trunk's bias + ReLU inside cuBLASLt's GEMMs ('' = the "
