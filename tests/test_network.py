@@ -124,3 +124,49 @@ def test_fused_epilogues_match_our_kernels(rng, obs_dim, hidden, atoms, rows, ma
         scale = float(np.abs(g_f[k]).max()) or 1.0
         assert np.isfinite(g_t[k]).all(), f"{k} not written, seed {seed}"
         assert float(np.abs(g_t[k] - g_f[k]).max()) <= 1e-5 * scale * (10 if math == "tf32" else 1), (k, seed)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("math", ["fp32", "tf32"])
+def test_gemms_planned_for_shared_sms_match_the_whole_gpus_choice(rng, math):
+    """``gpu.sm_share``: every GEMM of a forward (stacked, fused bias + ReLU) and backward at the reference
+    shape through cuBLASLt with its SM count target (``Cublas.share_gpu``) against the same network with
+    cuBLAS's own choice: other algorithms, so the same values up to the order of their float32 sums.
+    Outputs poisoned first; the plans show the targets were used."""
+    pytest.importorskip("nvmath", reason="SM count targets need cuBLASLt (nvmath-python)")
+    seed = int(rng.integers(0, 2**31))
+    obs_dim, hidden, atoms, rows = 23, 512, 51, 1024
+    shape = NetShape(obs_dim=obs_dim, hidden=hidden, atoms=atoms, head_align=4)
+    device = Device()
+    support = np.linspace(-1, 1, atoms).astype(np.float32)
+    consts = (cuda.to_device(support), cuda.to_device(np.array(shape.branch_sizes, np.int32)),
+              cuda.to_device(np.array(shape.branch_offsets, np.int32)))
+    params = init_params(shape, seed=seed)
+    params += relayout(rng.normal(0, 0.05, shape.host.n_params).astype(np.float32), shape.host, shape)
+    x = cuda.to_device(rng.normal(size=(2 * rows, obs_dim)).astype(np.float32))
+    dhead = np.zeros((rows, shape.head_cols), np.float32)
+    dhead[:, :shape.head_width] = rng.normal(size=(rows, shape.head_width))
+    p_dev = cuda.to_device(params)
+    out = {}
+    for shared in (False, True):
+        gemm = make_gemm(device, "cublas", math)
+        assert gemm.fuses_epilogues, gemm.lt_error
+        gemm.share_gpu(shared)
+        net = DeviceNetwork(device, gemm, shape, 2 * rows, *consts, fused=True, masks=True)
+        for a in (net.h1, net.h2, net.head, net.q):
+            a.copy_to_device(np.full(a.shape, np.nan, np.float32))
+        grads = cuda.to_device(np.full(shape.n_params, np.nan, np.float32))
+        net.forward(p_dev, x)
+        net.row_range(0, rows).backward(p_dev, grads, x[:rows], cuda.to_device(dhead))
+        device.synchronize()
+        targets = {key[7] for key in gemm.lt.plans}  # (math, M, N, K, ta, tb, kind, SM target, addresses...)
+        assert (max(targets) > 0) == shared, (targets, seed)
+        out[shared] = {"h1": net.h1.copy_to_host(), "h2": net.h2.copy_to_host(), "q": net.q.copy_to_host(),
+                       "grads": grads.copy_to_host()}
+    for k in ("h1", "h2", "q"):
+        np.testing.assert_allclose(out[True][k], out[False][k], rtol=1e-4, atol=1e-5, err_msg=f"{k}, seed {seed}")
+    g_t, g_f = views(out[True]["grads"], shape), views(out[False]["grads"], shape)
+    for k in g_t:
+        scale = float(np.abs(g_f[k]).max()) or 1.0
+        assert np.isfinite(g_t[k]).all(), f"{k} not written, seed {seed}"
+        assert float(np.abs(g_t[k] - g_f[k]).max()) <= 1e-4 * scale, (k, seed)
