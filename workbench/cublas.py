@@ -18,6 +18,7 @@ import ctypes
 
 from cuda_kernels.nb import cuda
 
+from .cublaslt import PLAIN, CublasLt, EpilogueUnavailable, sm_target
 from .device import Device, DeviceError, device_pointer
 
 OP_N, OP_T = 0, 1
@@ -48,8 +49,6 @@ class Cublas:
         self.shared = False  # GEMMs planned for the SMs they fill beside other agents' (share_gpu)
         self.lt, self.lt_error = None, ""
         if epilogues:  # fused epilogues (workbench.cublaslt) on the same stream and workspace, where they load
-            from .cublaslt import CublasLt, EpilogueUnavailable
-
             try:
                 self.lt = CublasLt(device, self.workspace, math)
             except EpilogueUnavailable as exc:
@@ -96,8 +95,6 @@ class Cublas:
         self.shared = bool(on) and self.lt is not None
 
     def _target(self, C) -> int:
-        from .cublaslt import sm_target
-
         M, N = C.shape
         return sm_target(M, N, self.device.info.multiprocessors, self.math) if self.shared else 0
 
@@ -110,8 +107,6 @@ class Cublas:
         cuBLASLt, with its algorithm chosen for fewer SMs, where the GPU is shared: :meth:`share_gpu`)."""
         target = self._target(C) if alpha == 1.0 and beta == 0.0 else 0
         if target:
-            from .cublaslt import PLAIN
-
             self.lt.matmul(A, B, C, trans_a, trans_b, PLAIN, None, target=target)
             return
         M, N = C.shape
