@@ -311,7 +311,7 @@ class WalkForward:
                                       "off: every agent bit for bit as alone"),
                         sm_share=("on: each agent's GEMMs planned for the SMs they fill beside the others' (the "
                                   "same alone with this setting; within rounding of the results with it off)"
-                                  if prof.sm_share and prof.gemm == "cublas" else
+                                  if prof.sm_share and getattr(backend.gemm, "fuses_epilogues", False) else
                                   "off: each agent's GEMMs as cuBLAS picks them for the whole GPU"))
             for k in dict.fromkeys(group):  # a fold's seeds are one fold on screen
                 if k in started:
