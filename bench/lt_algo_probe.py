@@ -14,19 +14,20 @@ count targets 0 (all), 64, 33, 16 and 8, and each of the heuristic's first ``--a
 and ``torch.bmm`` over the 16 agents. Every cuBLASLt result is checked against ``torch.mm``'s, and
 whether it is bit for bit the output of the heuristic's first choice for every SM (what an agent alone
 runs) is stated, with the algorithm's configuration (tile, stages, split-K).
-Each figure: median of 5 blocks of 20 replays of a graph of 10 GEMMs per lane.
+Each figure: median of 5 blocks of 20 replays of a graph of 10 GEMMs per lane (``gemm_probe._us``).
 Usage: ``python bench/lt_algo_probe.py [--lanes 16] [--algos 6] [--json OUT]`` (GPU, PyTorch, nvmath-python).
 """
 from __future__ import annotations
 
 import argparse
 import json
-import statistics
 
 import numpy as np
 import torch
 from nvmath.bindings import cublas as B
 from nvmath.bindings import cublasLt as L
+
+from gemm_probe import _us  # median of timed blocks of graph replays, us per GEMM of a lane's 10
 
 R32F = 0
 # (name, M, N, K, trans_a, trans_b): the reference shape's GEMMs (batch 1024, hidden 512, head 512 wide, 23 inputs)
@@ -36,21 +37,6 @@ SHAPES = (("online forward 512->512 (s and s')", 2048, 512, 512, 0, 0),
           ("first layer 23->512 (s and s')", 2048, 512, 23, 0, 0),
           ("backward d2 = dhead W3^T", 1024, 512, 512, 0, 1),
           ("weight gradient h^T d", 512, 512, 1024, 1, 0))
-
-
-def _time(graph, reps: int = 20, blocks: int = 5) -> float:
-    graph.replay()
-    torch.cuda.synchronize()
-    out = []
-    for _ in range(blocks):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        for _ in range(reps):
-            graph.replay()
-        b.record()
-        torch.cuda.synchronize()
-        out.append(a.elapsed_time(b) * 1e3 / reps)
-    return statistics.median(out)
 
 
 def _graph(calls_for_lane, lanes: list, s0) -> torch.cuda.CUDAGraph:
@@ -155,8 +141,8 @@ def main() -> None:
             flops = 2 * M * N * K
 
             def row(label, fn):
-                alone = _time(_graph(lambda i, st: fn(i, st), lanes[:1], s0)) / 10
-                many = _time(_graph(lambda i, st: fn(i, st), lanes, s0)) / 10 / P
+                alone = _us(_graph(fn, lanes[:1], s0), reps=20)
+                many = _us(_graph(fn, lanes, s0), reps=20) / P
                 r = {"math": math, "gemm": name, "M": M, "N": N, "K": K, "how": label, "alone_us": alone,
                      "per_agent_us": many, "tflops_lanes": flops / many / 1e6}
                 out["rows"].append(r)
@@ -172,7 +158,7 @@ def main() -> None:
                 plans[target] = lt.plan(M, N, K, ta, tb, target, args.algos)
             for target in TARGETS:
                 plan = plans[target]
-                desc, lays, res, n = plan
+                res, n = plan[2], plan[3]
                 if n < 1:
                     print(f"  SM target {target}: no algorithm")
                     continue
@@ -198,7 +184,7 @@ def main() -> None:
                         print(f"    ! differs from torch.mm: relative error {err:.2e}")
             if not ta and not tb:
                 g = _graph(lambda i, st: torch.bmm(A, Bm, out=C) if i == 0 else None, lanes[:1], s0)
-                t = _time(g) / 10 / P
+                t = _us(g, reps=20) / P
                 out["rows"].append({"math": math, "gemm": name, "how": "torch.bmm over the agents", "per_agent_us": t,
                                     "tflops_lanes": flops / t / 1e6})
                 print(f"  {'torch.bmm over the agents':34s} {'':7s} | {t:6.2f} us ({flops / t / 1e6:5.1f} TFLOP/s)")
