@@ -80,6 +80,36 @@ def test_a_stacked_forward_equals_its_halves_alone(rng):
                 np.testing.assert_allclose(got.copy_to_host(), want.copy_to_host(), rtol=1e-4, atol=1e-5)
 
 
+def _reference_case(rng, obs_dim, hidden, atoms, rows):
+    """A GPU test's network and inputs: (seed, shape, device, consts, params, x, dhead) with non-zero
+    biases, a stacked batch of 2 x rows and the loss's gradient of the first rows (padding columns zero)."""
+    seed = int(rng.integers(0, 2**31))
+    shape = NetShape(obs_dim=obs_dim, hidden=hidden, atoms=atoms, head_align=4)
+    device = Device()
+    support = np.linspace(-1, 1, atoms).astype(np.float32)
+    consts = (cuda.to_device(support), cuda.to_device(np.array(shape.branch_sizes, np.int32)),
+              cuda.to_device(np.array(shape.branch_offsets, np.int32)))
+    params = init_params(shape, seed=seed)
+    params += relayout(rng.normal(0, 0.05, shape.host.n_params).astype(np.float32), shape.host, shape)
+    x = cuda.to_device(rng.normal(size=(2 * rows, obs_dim)).astype(np.float32))
+    dhead = np.zeros((rows, shape.head_cols), np.float32)
+    dhead[:, :shape.head_width] = rng.normal(size=(rows, shape.head_width))
+    return seed, shape, device, consts, cuda.to_device(params), x, dhead
+
+
+def _forward_backward(net, device, shape, rows, p_dev, x, dhead) -> dict:
+    """The stacked forward, then the backward through its first ``rows`` (what the update runs), outputs
+    poisoned first: h1, h2, q and the gradients on the host."""
+    for a in (net.h1, net.h2, net.head, net.q):
+        a.copy_to_device(np.full(a.shape, np.nan, np.float32))
+    grads = cuda.to_device(np.full(shape.n_params, np.nan, np.float32))
+    net.forward(p_dev, x)
+    net.row_range(0, rows).backward(p_dev, grads, x[:rows], cuda.to_device(dhead))
+    device.synchronize()
+    return {"h1": net.h1.copy_to_host(), "h2": net.h2.copy_to_host(), "q": net.q.copy_to_host(),
+            "grads": grads.copy_to_host()}
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("obs_dim,hidden,atoms,rows", [(23, 512, 51, 1024), (10, 96, 5, 37)])
 @pytest.mark.parametrize("math", ["fp32", "tf32"])
@@ -90,33 +120,15 @@ def test_fused_epilogues_match_our_kernels(rng, obs_dim, hidden, atoms, rows, ma
     (what the update runs). Outputs poisoned first; hidden 96 leaves mask bits past the row's last column
     unused (ld 128)."""
     pytest.importorskip("nvmath", reason="fused epilogues need nvmath-python")
-    seed = int(rng.integers(0, 2**31))
-    shape = NetShape(obs_dim=obs_dim, hidden=hidden, atoms=atoms, head_align=4)
-    device = Device()
+    seed, shape, device, consts, p_dev, x, dhead = _reference_case(rng, obs_dim, hidden, atoms, rows)
     gemm = make_gemm(device, "cublas", math)
     assert gemm.fuses_epilogues, gemm.lt_error
-    support = np.linspace(-1, 1, atoms).astype(np.float32)
-    consts = (cuda.to_device(support), cuda.to_device(np.array(shape.branch_sizes, np.int32)),
-              cuda.to_device(np.array(shape.branch_offsets, np.int32)))
-    params = init_params(shape, seed=seed)
-    params += relayout(rng.normal(0, 0.05, shape.host.n_params).astype(np.float32), shape.host, shape)
-    x = cuda.to_device(rng.normal(size=(2 * rows, obs_dim)).astype(np.float32))
-    dhead = np.zeros((rows, shape.head_cols), np.float32)
-    dhead[:, :shape.head_width] = rng.normal(size=(rows, shape.head_width))
-    p_dev = cuda.to_device(params)
     out = {}
     for fused in (False, True):
         net = DeviceNetwork(device, gemm, shape, 2 * rows, *consts, fused=fused, masks=True)
         assert net.fused == fused and (net.mask1 is not None) == fused
         assert net.fuses_backward == (fused and math == "fp32")
-        for a in (net.h1, net.h2, net.head, net.q):
-            a.copy_to_device(np.full(a.shape, np.nan, np.float32))
-        grads = cuda.to_device(np.full(shape.n_params, np.nan, np.float32))
-        net.forward(p_dev, x)
-        net.row_range(0, rows).backward(p_dev, grads, x[:rows], cuda.to_device(dhead))
-        device.synchronize()
-        out[fused] = {"h1": net.h1.copy_to_host(), "h2": net.h2.copy_to_host(), "q": net.q.copy_to_host(),
-                      "grads": grads.copy_to_host()}
+        out[fused] = _forward_backward(net, device, shape, rows, p_dev, x, dhead)
     for k in ("h1", "h2", "q"):  # the same GEMM then the same fp32 add and max: equal up to cuBLASLt's algorithm
         np.testing.assert_allclose(out[True][k], out[False][k], rtol=1e-5, atol=1e-6, err_msg=f"{k}, seed {seed}")
     g_t, g_f = views(out[True]["grads"], shape), views(out[False]["grads"], shape)
@@ -134,35 +146,17 @@ def test_gemms_planned_for_shared_sms_match_the_whole_gpus_choice(rng, math):
     cuBLAS's own choice: other algorithms, so the same values up to the order of their float32 sums.
     Outputs poisoned first; the plans show the targets were used."""
     pytest.importorskip("nvmath", reason="SM count targets need cuBLASLt (nvmath-python)")
-    seed = int(rng.integers(0, 2**31))
-    obs_dim, hidden, atoms, rows = 23, 512, 51, 1024
-    shape = NetShape(obs_dim=obs_dim, hidden=hidden, atoms=atoms, head_align=4)
-    device = Device()
-    support = np.linspace(-1, 1, atoms).astype(np.float32)
-    consts = (cuda.to_device(support), cuda.to_device(np.array(shape.branch_sizes, np.int32)),
-              cuda.to_device(np.array(shape.branch_offsets, np.int32)))
-    params = init_params(shape, seed=seed)
-    params += relayout(rng.normal(0, 0.05, shape.host.n_params).astype(np.float32), shape.host, shape)
-    x = cuda.to_device(rng.normal(size=(2 * rows, obs_dim)).astype(np.float32))
-    dhead = np.zeros((rows, shape.head_cols), np.float32)
-    dhead[:, :shape.head_width] = rng.normal(size=(rows, shape.head_width))
-    p_dev = cuda.to_device(params)
+    rows = 1024
+    seed, shape, device, consts, p_dev, x, dhead = _reference_case(rng, 23, 512, 51, rows)
     out = {}
     for shared in (False, True):
         gemm = make_gemm(device, "cublas", math)
         assert gemm.fuses_epilogues, gemm.lt_error
         gemm.share_gpu(shared)
         net = DeviceNetwork(device, gemm, shape, 2 * rows, *consts, fused=True, masks=True)
-        for a in (net.h1, net.h2, net.head, net.q):
-            a.copy_to_device(np.full(a.shape, np.nan, np.float32))
-        grads = cuda.to_device(np.full(shape.n_params, np.nan, np.float32))
-        net.forward(p_dev, x)
-        net.row_range(0, rows).backward(p_dev, grads, x[:rows], cuda.to_device(dhead))
-        device.synchronize()
+        out[shared] = _forward_backward(net, device, shape, rows, p_dev, x, dhead)
         targets = {key[7] for key in gemm.lt.plans}  # (math, M, N, K, ta, tb, kind, SM target, addresses...)
         assert (max(targets) > 0) == shared, (targets, seed)
-        out[shared] = {"h1": net.h1.copy_to_host(), "h2": net.h2.copy_to_host(), "q": net.q.copy_to_host(),
-                       "grads": grads.copy_to_host()}
     for k in ("h1", "h2", "q"):
         np.testing.assert_allclose(out[True][k], out[False][k], rtol=1e-4, atol=1e-5, err_msg=f"{k}, seed {seed}")
     g_t, g_f = views(out[True]["grads"], shape), views(out[False]["grads"], shape)
