@@ -83,11 +83,11 @@ def ours(math: str, steps: int, rows: list, fused: bool = True, beside: bool = F
                       gemm="cublas", math=math, fused_epilogues=fused)
     cfg = TrainConfig(replay_capacity=CAP, rollout_steps=256, learning_starts=0)
     lane = device.lane()
-    gemms = [make_gemm(lane, "cublas", math), make_gemm(device, "cublas", math)]
-    for g in gemms:
+    main_gemm, side_gemm = make_gemm(device, "cublas", math), make_gemm(lane, "cublas", math)
+    for g in (main_gemm, side_gemm):
         g.share_gpu(share)
-    side = (lambda: Side(lane, gemms[0])) if beside else None
-    tr = DeviceTrainer(device, gemms[1], prof, cfg, load_market("es"), 100_000.0, seed=1, side=side)
+    side = (lambda: Side(lane, side_gemm)) if beside else None
+    tr = DeviceTrainer(device, main_gemm, prof, cfg, load_market("es"), 100_000.0, seed=1, side=side)
     w = _window()
     g = tr.prepare(w)
     if fused and not tr.state.nets.online.fused:
