@@ -436,7 +436,9 @@ def test_c51_head_loss_matches_the_head_kernel_bit_for_bit(rng):
     rd, rloss = c51.c51_loss_ref(lp[:B].astype(np.float64), qh[B:], lpt.astype(np.float64), acts, reward, done,
                                  gamma_n, v_min, v_max, atoms, w, list(BRANCHES), 1.0 / B)
     np.testing.assert_allclose(loss, rloss, rtol=1e-5)
-    np.testing.assert_allclose(dhead, rd, rtol=1e-4, atol=1e-7)
+    # a gradient entry is a difference of probabilities (p - m), so float32 rounding is relative to the
+    # largest entries, not to the entry itself: up to 7.7e-6 of the largest over 60 seeds
+    np.testing.assert_allclose(dhead, rd, rtol=1e-4, atol=5e-5 * np.abs(rd).max())
 
 
 def test_c51_loss_gradient_matches_reference_and_finite_differences(rng):
