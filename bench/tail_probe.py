@@ -81,17 +81,29 @@ def main() -> int:
         sb.append({"x": cuda.to_device(p), "fill": cuda.to_device(np.array([FILL], np.int64)),
                    "arr": cuda.to_device(np.zeros(1, np.int32))})
     totals = {}
-    for threads in (1024, 512, 256, 128):
+    for threads in (128, 256, 512, 1024):  # 1024 last: the trainer's block, the rescan's below starts from its totals
         for b in sb:
+            b["totals"] = cuda.device_array(scan.n_subs(CAP, threads), np.float64)
             b["sub"] = cuda.device_array(scan.n_subs(CAP, threads), np.float64)
             b["tiles"] = cuda.device_array(scan.n_tiles(CAP, threads), np.float64)
 
         def make(b, threads=threads):
-            return lambda st: scan.launch_scan(b["x"], b["sub"], b["tiles"], CAP, threads, b["arr"], b["fill"], st)
+            return lambda st: scan.launch_scan(b["x"], b["totals"], b["sub"], b["tiles"], CAP, threads, b["arr"],
+                                               b["fill"], st)
         record(f"scan {threads} threads ({scan.n_tiles(CAP, threads)} tiles)", make, sb)
         totals[threads] = float(sb[0]["tiles"].copy_to_host()[-1])
     res["scan_totals"] = {str(k): v for k, v in totals.items()}
     print(f"scan totals by threads: {totals}")
+    # an update's rescan (what the trainer runs): the sub-tiles of a batch of 1024 drawn slots, then the levels
+    for b in sb:
+        b["idx"] = cuda.to_device(rng.integers(0, FILL, 1024).astype(np.int64))
+
+    def make_rescan(b, threads=threads):
+        return lambda st: scan.launch_rescan(b["x"], b["idx"], 1024, b["totals"], b["sub"], b["tiles"], CAP, threads,
+                                             b["arr"], b["fill"], st)
+    record(f"rescan {threads} threads ({scan.rescan_blocks(CAP, threads)} blocks), batch 1024", make_rescan, sb)
+    res["rescan_total"] = float(sb[0]["tiles"].copy_to_host()[-1])
+    print(f"rescan total {res['rescan_total']} (the full scan's at {threads} threads: {totals[threads]})")
 
     # ---- Adam with the target's EMA ----
     ab = []

@@ -11,6 +11,13 @@ the host. The PER sampler searches the three levels in turn (:mod:`cuda_kernels.
 element level is never written: the scan moves 4 MB of priorities per million and writes 256 KB
 where a scan of every element wrote 8 MB more. Every addition's order is fixed by the block size
 (a launch parameter, a multiple of ``SUB // ITEMS``, at most 1024): deterministic.
+
+The full scan also keeps every sub-tile's total (``totals``). Between two updates only the slots the
+update's batch drew change, so an update's scan (:func:`rescan_kernel`) recomputes the totals of the
+sub-tiles those slots fall in, from the priorities and in the full scan's additions, and scans the
+sub-tile totals: 256 KB read per million priorities where the full scan reads 4 MB, and levels bit
+for bit the full scan's of the same priorities. Whatever else writes priorities (the replay's
+insertion) is followed by a full scan.
 """
 from __future__ import annotations
 
@@ -26,9 +33,10 @@ MAX_THREADS = 1024
 MAX_SUBS = MAX_THREADS // PER_SUB  # sub-tiles of the largest tile
 
 
-@kernel(void(float32[::1], float64[::1], float64[::1], int64, int64[::1], int32[::1]))
-def scan_kernel(x, sub, tile_sums, n, fill, arrivals):
-    """x: float32 [n]; sub: float64 [n_tiles * subs_per_tile], each sub-tile's inclusive prefix of
+@kernel(void(float32[::1], float64[::1], float64[::1], float64[::1], int64, int64[::1], int32[::1]))
+def scan_kernel(x, totals, sub, tile_sums, n, fill, arrivals):
+    """x: float32 [n]; totals: float64 [n_tiles * subs_per_tile], each sub-tile's total (what
+    :func:`rescan_kernel` starts from); sub: float64 [n_tiles * subs_per_tile], each sub-tile's inclusive prefix of
     sub-tile totals within its tile; tile_sums: float64 [n_tiles], each tile's total, then (by the last
     block to finish: ``arrivals``, int32 [1], :func:`cuda_kernels.nb.last_to_arrive`) their inclusive
     scan in place. Elements at or past ``fill[0]`` (int64 [1]: a ring's filled slots, read when the
@@ -54,6 +62,7 @@ def scan_kernel(x, sub, tile_sums, n, fill, arrivals):
     if tile0 >= live:  # an empty tile: its levels are zeros (what summing its zeros gives)
         if tid < n_sub:
             sub[blk * n_sub + tid] = 0.0
+            totals[blk * n_sub + tid] = 0.0
         if tid == 0:
             tile_sums[blk] = 0.0
     else:
@@ -69,8 +78,9 @@ def scan_kernel(x, sub, tile_sums, n, fill, arrivals):
             for j in range(PER_SUB):
                 total += ys[tid * PER_SUB + j]
             za[tid] = total
+            totals[blk * n_sub + tid] = total
         cuda.syncthreads()
-        src = _steps_dev(za, zb, tid, n_sub, tid < n_sub)
+        src = _steps_dev(za, zb, tid, tid, n_sub, tid < n_sub)
         if tid < n_sub:
             v = za[tid] if src == 0 else zb[tid]
             sub[blk * n_sub + tid] = v
@@ -81,18 +91,20 @@ def scan_kernel(x, sub, tile_sums, n, fill, arrivals):
 
 
 @device_function
-def _steps_dev(a, b, tid, width, active):
-    """The steps of a Hillis-Steele scan of ``a[0:width)`` between the shared buffers ``a`` and ``b`` (step
-    ``off``: element i adds element i - off of the step before), one barrier a step, every thread of the
-    block calling it; the ``active`` threads write. Returns which buffer holds the result: 0 ``a``, 1 ``b``."""
+def _steps_dev(a, b, tid, pos, width, active):
+    """The steps of Hillis-Steele scans of segments of ``width`` elements between the shared buffers ``a``
+    and ``b`` (step ``off``: element i adds element i - off of the step before where that is in its
+    segment), one barrier a step, every thread of the block calling it; thread ``tid`` holds element
+    ``tid``, at position ``pos`` of its segment (``tid`` itself for one segment), and the ``active``
+    threads write. Returns which buffer holds the result: 0 ``a``, 1 ``b``."""
     off = 1
     src = 0
     while off < width:
         if active:
             if src == 0:
-                b[tid] = a[tid] + (a[tid - off] if tid >= off else 0.0)
+                b[tid] = a[tid] + (a[tid - off] if pos >= off else 0.0)
             else:
-                a[tid] = b[tid] + (b[tid - off] if tid >= off else 0.0)
+                a[tid] = b[tid] + (b[tid - off] if pos >= off else 0.0)
         cuda.syncthreads()
         src = 1 - src
         off *= 2
@@ -112,12 +124,82 @@ def _scan_tile_sums_dev(tile_sums, n_tiles, s, s2, tid, nt):
         live = min(nt, n_tiles - start)
         s[tid] = tile_sums[i] if i < n_tiles else 0.0
         cuda.syncthreads()
-        src = _steps_dev(s, s2, tid, live, True)
+        src = _steps_dev(s, s2, tid, tid, live, True)
         v = s[tid] if src == 0 else s2[tid]
         if i < n_tiles:
             tile_sums[i] = v + carry
         carry += s[nt - 1] if src == 0 else s2[nt - 1]
         cuda.syncthreads()
+
+
+@kernel(void(float32[::1], int64[::1], int64, float64[::1], float64[::1], float64[::1], int64, int64[::1], int32[::1]))
+def rescan_kernel(x, idx, n_idx, totals, sub, tile_sums, n, fill, arrivals):
+    """The levels of :func:`scan_kernel` after the slots ``idx[0:n_idx)`` (int64: a batch's drawn slots;
+    those outside ``[0, n)`` are skipped) changed their priorities, from ``totals`` (float64, every
+    sub-tile's total as the last scan left it): bit for bit what a full scan of ``x`` writes, when no
+    other slot changed since that scan. Launched by :func:`launch_rescan` with the full scan's block
+    size: each thread owns one sub-tile, a block ``blockDim`` of them (whole tiles, ``blockDim //
+    PER_SUB`` of them).
+
+    Each block marks which of its sub-tiles hold a changed slot (a shared flag a sub-tile, set by
+    whichever thread meets it: duplicates set it twice), recomputes their totals from ``x`` with the
+    additions the full scan makes (``_sub_total_dev``) and stores them, then scans each tile's sub-tile
+    totals as the full scan does (the same Hillis-Steele steps, each tile a segment of the block)
+    and writes ``sub`` and the tile totals; the last block to finish scans the tile totals in place
+    (``_scan_tile_sums_dev``, as the full scan's last block does)."""
+    grid_wait()
+    ys = cuda.shared.array(MAX_THREADS, float64)
+    ys2 = cuda.shared.array(MAX_THREADS, float64)
+    flag = cuda.shared.array(MAX_THREADS, int32)
+    last = cuda.shared.array(1, int32)
+    tid = cuda.threadIdx.x
+    nt = cuda.blockDim.x
+    spt = nt // PER_SUB
+    n_subs_all = totals.shape[0]
+    s0 = cuda.blockIdx.x * nt
+    si = s0 + tid
+    flag[tid] = 0
+    cuda.syncthreads()
+    for i in range(tid, n_idx, nt):
+        j = idx[i]
+        if 0 <= j < n:
+            r = j // SUB - s0
+            if 0 <= r < nt:
+                flag[r] = 1
+    cuda.syncthreads()
+    v = float64(0.0)
+    if si < n_subs_all:
+        if flag[tid] != 0:
+            v = _sub_total_dev(x, si * SUB, min(n, fill[0]))
+            totals[si] = v
+        else:
+            v = totals[si]
+    ys[tid] = v
+    cuda.syncthreads()
+    src = _steps_dev(ys, ys2, tid, tid % spt, spt, True)
+    v = ys[tid] if src == 0 else ys2[tid]
+    if si < n_subs_all:
+        sub[si] = v
+        if tid % spt == spt - 1:
+            tile_sums[si // spt] = v
+    if last_to_arrive(arrivals, 0, cuda.gridDim.x, last):
+        _scan_tile_sums_dev(tile_sums, n_subs_all // spt, ys, ys2, tid, nt)
+
+
+@device_function
+def _sub_total_dev(x, first, live):
+    """The total of the sub-tile starting at ``first`` with the full scan's additions: ``PER_SUB`` sums of
+    ``ITEMS`` adjacent elements, each left to right from 0.0, then those added left to right from 0.0;
+    elements at or past ``live`` count as zero and are not read."""
+    total = float64(0.0)
+    for k in range(PER_SUB):
+        acc = float64(0.0)
+        for j in range(ITEMS):
+            e = first + k * ITEMS + j
+            if e < live:
+                acc += float64(x[U(e)])
+        total += acc
+    return total
 
 
 @device_function
@@ -162,13 +244,27 @@ def n_subs(n: int, threads: int) -> int:
     return n_tiles(n, threads) * subs_per_tile(threads)
 
 
-def launch_scan(x, sub, tile_sums, n: int, threads: int, arrivals, fill, stream=0) -> None:
-    """Enqueue the scan, its levels in one launch (no allocation: ``sub`` has ``n_subs(n, threads)``
-    slots, ``tile_sums`` ``n_tiles(n, threads)``; ``arrivals``: int32 [1], zero; ``fill``: int64 [1],
-    the elements scanned, the rest zero); read the prefix sums with :func:`prefix_dev`
+def launch_scan(x, totals, sub, tile_sums, n: int, threads: int, arrivals, fill, stream=0) -> None:
+    """Enqueue the scan, its levels in one launch (no allocation: ``totals`` and ``sub`` have ``n_subs(n,
+    threads)`` slots, ``tile_sums`` ``n_tiles(n, threads)``; ``arrivals``: int32 [1], zero; ``fill``:
+    int64 [1], the elements scanned, the rest zero); read the prefix sums with :func:`prefix_dev`
     (``subs_per_tile(threads)``)."""
     subs_per_tile(threads)
-    scan_kernel[n_tiles(n, threads), threads, stream](x, sub, tile_sums, n, fill, arrivals)
+    scan_kernel[n_tiles(n, threads), threads, stream](x, totals, sub, tile_sums, n, fill, arrivals)
+
+
+def launch_rescan(x, idx, n_idx: int, totals, sub, tile_sums, n: int, threads: int, arrivals, fill,
+                  stream=0) -> None:
+    """Enqueue :func:`rescan_kernel`: the levels after the slots ``idx[0:n_idx)`` changed, from the totals
+    a full scan (:func:`launch_scan`, the same ``n`` and ``threads``) and the rescans since left."""
+    subs_per_tile(threads)
+    rescan_kernel[rescan_blocks(n, threads), threads, stream](x, idx, n_idx, totals, sub, tile_sums, n, fill,
+                                                             arrivals)
+
+
+def rescan_blocks(n: int, threads: int) -> int:
+    """Blocks of :func:`rescan_kernel`: a thread a sub-tile."""
+    return (n_subs(n, threads) + threads - 1) // threads
 
 
 def three_level_ref(x: np.ndarray, sub: np.ndarray, tiles: np.ndarray, threads: int) -> np.ndarray:

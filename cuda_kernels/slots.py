@@ -40,9 +40,10 @@ class Arrivals(NamedTuple):
     """Slots of the learner's int32 arrival counts (:func:`cuda_kernels.nb.last_to_arrive`): one per kernel
     whose last block finishes its launch; every launch leaves its slot at zero."""
 
-    SCAN: int = 0       # the priorities' prefix sum (its tile totals' scan)
+    SCAN: int = 0       # an update's prefix sum of the priorities (its tile totals' scan)
     DRAW: int = 1       # the PER draw (its weights' normalisation)
     NORM: int = 2       # the gradient norm (its total, the clip scale and the guard)
+    FULL_SCAN: int = 3  # the full prefix sum after the experience phase's insertions
 
 
 RI, RF, STAT, ARR = ReplayInt(), ReplayFloat(), UpdateStats(), Arrivals()

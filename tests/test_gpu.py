@@ -160,18 +160,31 @@ def test_readback_and_host_slot_inside_a_graph(device):
 
 def test_scan_of_a_million_priorities_with_full_blocks(rng, device):
     """The replay's prefix sum at its real size and block (1024 threads = 32 warps), its three levels read
-    back, against float64 cumsum."""
+    back, against float64 cumsum; then an update's rescan against a full scan of the new priorities."""
     from cuda_kernels import scan
 
     n, threads = 1 << 20, 1024
     x = rng.uniform(0.01, 2.0, n).astype(np.float32)
     sub = cuda.to_device(np.full(scan.n_subs(n, threads), np.nan))
     tiles = cuda.to_device(np.full(scan.n_tiles(n, threads), np.nan))
-    scan.launch_scan(cuda.to_device(x), sub, tiles, n, threads, cuda.to_device(np.zeros(1, np.int32)),
+    totals = cuda.to_device(np.full(scan.n_subs(n, threads), np.nan))
+    scan.launch_scan(cuda.to_device(x), totals, sub, tiles, n, threads, cuda.to_device(np.zeros(1, np.int32)),
                      cuda.to_device(np.array([n])), device.stream)
     device.synchronize()
     full = scan.three_level_ref(x, sub.copy_to_host(), tiles.copy_to_host(), threads)
     np.testing.assert_allclose(full, scan.inclusive_scan_ref(x), rtol=1e-12)
+    # an update's rescan after a batch of 1024 new priorities (some drawn twice): the full scan's levels, bit for bit
+    idx = rng.integers(0, n, 1024)
+    idx[:64] = idx[64:128]
+    x[idx] = rng.uniform(0.01, 2.0, len(idx)).astype(np.float32)
+    arrivals = cuda.to_device(np.zeros(1, np.int32))
+    scan.launch_rescan(cuda.to_device(x), cuda.to_device(idx.astype(np.int64)), len(idx), totals, sub, tiles, n,
+                       threads, arrivals, cuda.to_device(np.array([n])), device.stream)
+    want = [cuda.to_device(np.full(a.shape, np.nan)) for a in (totals, sub, tiles)]
+    scan.launch_scan(cuda.to_device(x), *want, n, threads, arrivals, cuda.to_device(np.array([n])), device.stream)
+    device.synchronize()
+    for got, w in zip((totals, sub, tiles), want):
+        assert np.array_equal(got.copy_to_host(), w.copy_to_host())
 
 
 def test_per_draw_from_a_million_priorities(rng, device):
@@ -191,7 +204,8 @@ def test_per_draw_from_a_million_priorities(rng, device):
     idx = cuda.to_device(np.full(batch, -7, np.int64), stream=s)
     w = cuda.to_device(np.full(batch, np.nan, np.float32), stream=s)
     k0, step = int(rng.integers(0, 2**32)), int(rng.integers(0, 10_000))
-    scan.launch_scan(d_prio, sub, tiles, cap, threads, arrivals[0:1], cuda.to_device(np.array([size]), stream=s), s)
+    scan.launch_scan(d_prio, cuda.to_device(np.full(scan.n_subs(cap, threads), np.nan), stream=s), sub, tiles, cap,
+                     threads, arrivals[0:1], cuda.to_device(np.array([size]), stream=s), s)
     per.per_sample_kernel[per.sample_launch(batch) + (s,)](d_prio, sub, tiles, scan.subs_per_tile(threads),
                                                            cuda.to_device(np.array([size]), stream=s), batch, 0.4, k0,
                                                            5, cuda.to_device(np.array([step]), stream=s),

@@ -73,10 +73,11 @@ def test_scan_any_n(rng, n, threads, fill):
     x_dev = rng.uniform(0.01, 2.0, n).astype(np.float32)
     x = x_dev.copy()
     x[fill:] = 0.0
+    totals = poisoned(scan.n_subs(n, threads), np.float64)
     sub = poisoned(scan.n_subs(n, threads), np.float64)
     tiles = poisoned(scan.n_tiles(n, threads), np.float64)
     arrivals = dev(np.zeros(1, np.int32))
-    scan.launch_scan(dev(x_dev), sub, tiles, n, threads, arrivals, dev(np.array([fill])))
+    scan.launch_scan(dev(x_dev), totals, sub, tiles, n, threads, arrivals, dev(np.array([fill])))
     assert arrivals.copy_to_host()[0] == 0  # left at zero for the next launch
     got_sub, got_tiles = sub.copy_to_host(), tiles.copy_to_host()
     np.testing.assert_allclose(scan.three_level_ref(x, got_sub, got_tiles, threads), scan.inclusive_scan_ref(x),
@@ -86,12 +87,48 @@ def test_scan_any_n(rng, n, threads, fill):
     sub_totals = padded.reshape(-1, scan.SUB).sum(axis=1).reshape(-1, spt)
     np.testing.assert_allclose(got_sub, np.cumsum(sub_totals, axis=1).reshape(-1), rtol=1e-12)
     np.testing.assert_allclose(got_tiles, np.cumsum(sub_totals.sum(axis=1)), rtol=1e-12)
+    np.testing.assert_allclose(totals.copy_to_host(), sub_totals.reshape(-1), rtol=1e-12)
+
+
+def _full_scan(x, n, threads, fill):
+    """A full scan of ``x`` (host float32) into fresh poisoned levels: (totals, sub, tiles) on the device."""
+    lv = (poisoned(scan.n_subs(n, threads), np.float64), poisoned(scan.n_subs(n, threads), np.float64),
+          poisoned(scan.n_tiles(n, threads), np.float64))
+    scan.launch_scan(dev(x), *lv, n, threads, dev(np.zeros(1, np.int32)), dev(np.array([fill])))
+    return lv
+
+
+@pytest.mark.parametrize("n,threads,fill,batch", [(1000, 32, 1000, 40), (4500, 64, 3000, 96), (300, 8, 257, 16),
+                                                  (127, 32, 127, 8), (5000, 32, 5000, 1)])
+def test_rescan_after_a_batch_matches_a_full_scan_bit_for_bit(rng, n, threads, fill, batch):
+    """An update's rescan (the totals of the sub-tiles holding the batch's slots recomputed, the levels
+    scanned from the totals) writes the levels and totals a full scan of the new priorities writes, bit for
+    bit, over three batches in turn; the batch has duplicates and slots outside the ring, which are skipped."""
+    x = np.zeros(n, np.float32)
+    x[:fill] = rng.uniform(0.01, 3.0, fill)
+    totals, sub, tiles = _full_scan(x, n, threads, fill)
+    arrivals, fill_dev = dev(np.zeros(1, np.int32)), dev(np.array([fill]))
+    for _ in range(3):
+        idx = rng.integers(0, fill, batch)
+        idx[rng.integers(0, batch, max(1, batch // 8))] = idx[0]  # duplicates
+        if batch > 2:
+            idx[1], idx[2] = -5, n + 7  # outside the ring: skipped
+        live = idx[(idx >= 0) & (idx < n)]
+        x[live] = rng.uniform(0.01, 3.0, len(live)).astype(np.float32)
+        x_dev = dev(x)
+        sub.copy_to_device(np.full(sub.shape, np.nan))  # the levels are written afresh; only the totals carry over
+        tiles.copy_to_device(np.full(tiles.shape, np.nan))
+        scan.launch_rescan(x_dev, dev(idx.astype(np.int64)), batch, totals, sub, tiles, n, threads, arrivals, fill_dev)
+        assert arrivals.copy_to_host()[0] == 0
+        want = [a.copy_to_host() for a in _full_scan(x, n, threads, fill)]
+        for name, got, w in zip(("totals", "sub", "tiles"), (totals, sub, tiles), want):
+            assert np.array_equal(got.copy_to_host(), w), f"{name} differ from a full scan's"
 
 
 def test_scan_refuses_a_block_it_cannot_split():
     with pytest.raises(ValueError, match="multiple of 8"):
-        scan.launch_scan(dev(np.ones(10, np.float32)), poisoned(4, np.float64), poisoned(4, np.float64), 10, 12,
-                         dev(np.zeros(1, np.int32)), dev(np.array([10])))
+        scan.launch_scan(dev(np.ones(10, np.float32)), poisoned(4, np.float64), poisoned(4, np.float64),
+                         poisoned(4, np.float64), 10, 12, dev(np.zeros(1, np.int32)), dev(np.array([10])))
 
 
 # ---- PER ----
@@ -146,7 +183,8 @@ def test_per_sampling_weights_and_bounds(rng, threads):
     prio[rng.integers(0, size, 5)] = 0.0  # empty slots inside the fill are never drawn
     sub, tiles = poisoned(scan.n_subs(cap, threads), np.float64), poisoned(scan.n_tiles(cap, threads), np.float64)
     arrivals, prio_dev = dev(np.zeros(2, np.int32)), dev(prio)
-    scan.launch_scan(prio_dev, sub, tiles, cap, threads, arrivals[0:1], dev(np.array([size])))
+    scan.launch_scan(prio_dev, poisoned(scan.n_subs(cap, threads), np.float64), sub, tiles, cap, threads,
+                     arrivals[0:1], dev(np.array([size])))
     idx, w = poisoned(batch, np.int64), poisoned(batch)
     k0, k1, step = int(rng.integers(0, 2**32)), 5, int(rng.integers(0, 1000))
     step_dev = dev(np.array([step]))
@@ -252,7 +290,8 @@ def test_the_draw_stops_the_update_counter_once_the_guard_trips(rng):
     prio = dev(rng.uniform(0.1, 1.0, cap).astype(np.float32))
     sub, tiles = poisoned(scan.n_subs(cap, threads), np.float64), poisoned(scan.n_tiles(cap, threads), np.float64)
     arrivals, fill = dev(np.zeros(2, np.int32)), dev(np.array([size]))
-    scan.launch_scan(prio, sub, tiles, cap, threads, arrivals[0:1], fill)
+    scan.launch_scan(prio, poisoned(scan.n_subs(cap, threads), np.float64), sub, tiles, cap, threads, arrivals[0:1],
+                     fill)
     step, draws = dev(np.array([41], np.int64)), []
     for guard in (0, 1, 0):
         idx = poisoned(batch, np.int64)

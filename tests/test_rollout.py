@@ -38,7 +38,7 @@ def test_the_draw_gathers_the_drawn_transitions(rng):
     dev = cuda.to_device
     sub, tiles = dev(np.zeros(scan.n_subs(cap, threads))), dev(np.zeros(scan.n_tiles(cap, threads)))
     arrivals, d_prio, fill = dev(np.zeros(3, np.int32)), dev(prio), dev(np.array([size]))
-    scan.launch_scan(d_prio, sub, tiles, cap, threads, arrivals[0:1], fill)
+    scan.launch_scan(d_prio, dev(np.zeros(scan.n_subs(cap, threads))), sub, tiles, cap, threads, arrivals[0:1], fill)
     k0, step0 = int(rng.integers(0, 2**32)), int(rng.integers(0, 1000))
     outs = []
     for fused in (False, True):

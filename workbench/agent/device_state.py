@@ -29,8 +29,9 @@ from .window import N_POS, Window
 # the head layer's rows on the device: a multiple of 4 floats (16 bytes), so cuBLAS can use its
 # vectorised and tensor-core kernels (network.NetShape.head_cols)
 HEAD_ALIGN = 4
-# bytes of replay memory per transition: both stores, priority, owner, its share of the prefix sum's levels
-BYTES_PER_TRANSITION = K_ro.N_INT * 4 + K_ro.N_FLOAT * 4 + 4 + 4 + 8 / K_scan.SUB
+# bytes of replay memory per transition: both stores, priority, owner, its share of the sub-tile totals and
+# of the prefix sum's levels
+BYTES_PER_TRANSITION = K_ro.N_INT * 4 + K_ro.N_FLOAT * 4 + 4 + 4 + 16 / K_scan.SUB
 
 
 class Mem:
@@ -99,7 +100,7 @@ class Learner(NamedTuple):
     clip: object          # float32 [2], (norm, clip scale) of this update
     guard: object         # int32 [1], 1 once a non-finite loss or |Q| over q_limit stopped the updates
     stats: object         # float32 [4], the epoch's update statistics (cuda_kernels.slots.STAT)
-    arrivals: object      # int32 [3], zero between launches (cuda_kernels.slots.ARR)
+    arrivals: object      # int32 [len(ARR)], zero between launches (cuda_kernels.slots.ARR)
     norm_blocks: int
 
     def arrival(self, slot: int):
@@ -127,6 +128,7 @@ class Replay(NamedTuple):
     int_store: object     # int32 [capacity, N_INT]
     float_store: object   # float32 [capacity, N_FLOAT]
     prio: object          # float32 [capacity], 0 where empty
+    totals: object        # float64 [n_subs], each 32-slot sub-tile's total (the full scan's, kept up by each update's)
     sub: object           # float64 [n_subs], the priorities' prefix sum of this update, per 32-slot sub-tile
     tiles: object         # float64 [n_tiles], the scan tiles' scanned totals (cuda_kernels.scan's levels)
     ptr: object           # int64 [1], next slot written
@@ -151,7 +153,8 @@ def alloc_replay(mem: Mem, capacity: int) -> Replay:
     threads = 32 if d.simulator else min(1024, d.info.max_threads_per_block)
     return Replay(int_store=mem.zeros((capacity, K_ro.N_INT), np.int32),
                   float_store=mem.zeros((capacity, K_ro.N_FLOAT), np.float32),
-                  prio=mem.zeros(capacity, np.float32), sub=mem.zeros(K_scan.n_subs(capacity, threads), np.float64),
+                  prio=mem.zeros(capacity, np.float32), totals=mem.zeros(K_scan.n_subs(capacity, threads), np.float64),
+                  sub=mem.zeros(K_scan.n_subs(capacity, threads), np.float64),
                   tiles=mem.zeros(K_scan.n_tiles(capacity, threads), np.float64),
                   ptr=mem.zeros(1, np.int64), size=mem.zeros(1, np.int64), max_prio=mem.full(1, 1.0, np.float32),
                   owner=mem.full(capacity, -1, np.int32), bad=mem.zeros(1, np.int32), capacity=capacity,

@@ -11,8 +11,8 @@ allocations and the kernels' first compilation):
   (:meth:`workbench.device.Device.capture_loops`): one host launch per phase per epoch.
 - experience: one launch: ``rollout_steps + n_step - 1`` passes of one env step for ``n_envs`` envs
   (forward, eps-greedy, env step, history record, resets) in a graph loop, then the turn of the
-  rollout into n-step transitions inserted into the PER ring.
-- training: one launch: ``max_steps_per_epoch`` passes of one update (scan, PER sample, gathers,
+  rollout into n-step transitions inserted into the PER ring, and the priorities' full prefix sum.
+- training: one launch: ``max_steps_per_epoch`` passes of one update (rescan, PER sample, gathers,
   online and target forwards, C51 loss, backward, clip, Adam, guard, priority update, EMA) in a graph
   loop that ends early when the guard trips, once the replay holds ``learning_starts`` transitions.
 - validation: the enumerated-position greedy backtest of the validation range; its daily Sharpe,
@@ -174,6 +174,9 @@ class DeviceTrainer:
                                                                   n_new, rp.capacity)
         K_per.replay_advance_kernel[1, 1, st](rp.ptr, rp.size, n_new, rp.capacity)
         K_ro.set_counter_kernel[1, 1, st](ro.k, 0)
+        # every sub-tile total afresh after the insertions: each update rescans from them (_sample)
+        K_scan.launch_scan(rp.prio, rp.totals, rp.sub, rp.tiles, rp.capacity, rp.scan_threads,
+                           self.state.learner.arrival(ARR.FULL_SCAN), rp.size, st)
 
     def enqueue_update(self, st) -> None:
         """One training step (what the ``update`` graph's loop body holds): :meth:`update_beside` once
@@ -229,10 +232,14 @@ class DeviceTrainer:
     def _sample(self, st) -> None:
         """Training step, part 1 (sample): the priorities' prefix sum, then in one launch the PER draw, its
         importance weights (the draw advances the update's step unless the guard has tripped) and the
-        batch's gathers (s and s' stacked, actions, n-step returns, terminal flags)."""
+        batch's gathers (s and s' stacked, actions, n-step returns, terminal flags). The prefix sum is a
+        rescan (:func:`cuda_kernels.scan.rescan_kernel`): only the priorities the last update's batch
+        (``b.idx``, not yet overwritten by this draw) changed are read again, and the levels are those a
+        full scan would write; the experience phase ends with a full scan (:meth:`_finish_rollout`)."""
         S, cfg = self.state, self.cfg
         rp, b, lr, wd = S.replay, S.batch, S.learner, S.window
-        K_scan.launch_scan(rp.prio, rp.sub, rp.tiles, rp.capacity, rp.scan_threads, lr.arrival(ARR.SCAN), rp.size, st)
+        K_scan.launch_rescan(rp.prio, b.idx, b.size, rp.totals, rp.sub, rp.tiles, rp.capacity, rp.scan_threads,
+                             lr.arrival(ARR.SCAN), rp.size, st)
         K_ro.draw_batch_kernel[K_per.sample_launch(b.size) + (st,)](
             rp.prio, rp.sub, rp.tiles, K_scan.subs_per_tile(rp.scan_threads), rp.size, b.size, cfg.per_beta, self.k0,
             self.k1, lr.step, lr.guard, b.idx, b.isw, lr.arrival(ARR.DRAW), wd.features, rp.int_store, rp.float_store,
