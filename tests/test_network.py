@@ -157,10 +157,19 @@ def test_gemms_planned_for_shared_sms_match_the_whole_gpus_choice(rng, math):
         out[shared] = _forward_backward(net, device, shape, rows, p_dev, x, dhead)
         targets = {key[7] for key in gemm.lt.plans}  # (math, M, N, K, ta, tb, kind, SM target, addresses...)
         assert (max(targets) > 0) == shared, (targets, seed)
+    # fp32: the same products summed in another order. TF32: also the operands' rounding to TF32 (10-bit
+    # mantissa), which one algorithm may do where the other does not (for the first layer, K = 23, cuBLAS's
+    # choice and the targeted kernel differ in kind; seen on the H100: h1 0.0025 apart at a largest |h1| ~3),
+    # so each output is compared at the scale of its largest entry: 2^-8 of it, about four times the two
+    # operands' rounding (2^-11 each) through the two or three TF32 GEMMs an output passes.
     for k in ("h1", "h2", "q"):
-        np.testing.assert_allclose(out[True][k], out[False][k], rtol=1e-4, atol=1e-5, err_msg=f"{k}, seed {seed}")
+        if math == "fp32":
+            np.testing.assert_allclose(out[True][k], out[False][k], rtol=1e-4, atol=1e-5, err_msg=f"{k}, seed {seed}")
+        else:
+            scale = float(np.abs(out[False][k]).max())
+            assert float(np.abs(out[True][k] - out[False][k]).max()) <= 2.0 ** -8 * scale, (k, seed)
     g_t, g_f = views(out[True]["grads"], shape), views(out[False]["grads"], shape)
     for k in g_t:
         scale = float(np.abs(g_f[k]).max()) or 1.0
         assert np.isfinite(g_t[k]).all(), f"{k} not written, seed {seed}"
-        assert float(np.abs(g_t[k] - g_f[k]).max()) <= 1e-4 * scale, (k, seed)
+        assert float(np.abs(g_t[k] - g_f[k]).max()) <= (1e-4 if math == "fp32" else 2.0 ** -8) * scale, (k, seed)
