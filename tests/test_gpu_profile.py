@@ -49,3 +49,41 @@ def test_sm_target_counts_a_gemms_large_tiles_whatever_the_population():
     assert sm_target(1024, 510, 132, "tf32") == 16  # a part tile counts
     assert sm_target(1024, 512, 132, "fp32") == 32
     assert sm_target(4096, 4096, 132, "tf32") == 0  # more tiles than SMs: every SM
+
+
+def test_a_backend_started_early_is_made_on_its_own_thread_and_handed_over_once(monkeypatch):
+    """``start_backend`` (the CLIs call it before reading the bars) makes the backend on another thread;
+    ``make_backend`` for the same choice takes that one, once, and raises in the caller what making it
+    raised; ``cpu``, unknown choices and the simulator start nothing."""
+    import threading
+
+    import cuda_kernels.nb as nb
+    from workbench.agent import backend as B
+
+    made = []
+
+    class Made:
+        kind = "cpu"
+
+    def fake_make(choice):
+        if choice == "gpu":
+            raise ConfigError("device 'gpu' asked for, but no CUDA device is available")
+        made.append(threading.current_thread().name)
+        return Made()
+
+    monkeypatch.setattr(B, "_make", fake_make)
+    monkeypatch.setattr(B, "_started", {})
+    monkeypatch.setattr(nb, "SIMULATOR", False)
+    B.start_backend("auto")
+    first = B.make_backend("auto")
+    assert isinstance(first, Made) and made == ["workbench-backend"]
+    assert B.make_backend("auto") is not first and made[-1] == threading.current_thread().name  # taken once
+    B.start_backend("gpu")
+    with pytest.raises(ConfigError, match="no CUDA device"):
+        B.make_backend("gpu")
+    B.start_backend("cpu")
+    B.start_backend("tpu")
+    assert B._started == {}
+    monkeypatch.setattr(nb, "SIMULATOR", True)
+    B.start_backend("auto")
+    assert B._started == {}

@@ -117,6 +117,52 @@ class Backend:
 
 
 def make_backend(choice: str) -> Backend:
+    """The backend for ``device = choice``: the one :func:`start_backend` began for the same choice (waited
+    for; what making it raised is raised here), else made now."""
+    pending = _started.pop(choice, None)
+    if pending is None:
+        return _make(choice)
+    thread, box = pending
+    thread.join()
+    if "error" in box:
+        raise box["error"]
+    backend = box["backend"]
+    if backend.kind == "gpu":
+        from cuda_kernels.nb import cuda
+
+        cuda.current_context()  # made current on this thread too: its driver calls need it
+    return backend
+
+
+def start_backend(choice: str) -> None:
+    """Begin making the backend for ``device = choice`` on a thread, so that the CUDA context's creation and
+    the GEMM libraries' loading (a few tenths of a second, mostly inside the driver with the GIL
+    released) overlap what the caller does next (the CLIs: reading and preparing the bars);
+    :func:`make_backend` takes it. Nothing for ``cpu``, for an unknown choice (``make_backend`` refuses
+    it) or under the simulator."""
+    import threading
+
+    from cuda_kernels.nb import SIMULATOR
+
+    if choice not in ("auto", "gpu") or choice in _started or SIMULATOR:
+        return
+    box: dict = {}
+
+    def run() -> None:
+        try:
+            box["backend"] = _make(choice)
+        except BaseException as exc:  # noqa: BLE001 - re-raised by make_backend, in the caller's thread
+            box["error"] = exc
+
+    thread = threading.Thread(target=run, name="workbench-backend", daemon=True)
+    thread.start()
+    _started[choice] = (thread, box)
+
+
+_started: dict = {}  # choice -> (thread, result box) of start_backend
+
+
+def _make(choice: str) -> Backend:
     if choice not in ("auto", "gpu", "cpu"):
         raise ConfigError(f"device must be 'auto', 'gpu' or 'cpu', got {choice!r}")
     if choice == "gpu" and not gpu_available():

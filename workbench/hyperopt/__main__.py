@@ -20,6 +20,7 @@ from rich.live import Live
 
 from .. import metrics as M
 from ..config import load_config, parse_override, to_toml
+from ..agent.backend import start_backend
 from ..data import bars_for
 from cuda_kernels.nb import gpu_available
 
@@ -121,6 +122,8 @@ def run(args) -> int:
     overrides = list(args.set) + data_overrides(args) + ([f'device="{args.device}"'] if args.device else [])
     base = load_config(args.config, overrides)
     base = dataclasses.replace(base, strategy=dataclasses.replace(base.strategy, name="dqn"))
+    if args.workers == 1 and not args.scheduler:
+        start_backend(base.device)  # the GPU's context and libraries made while the bars are read and prepared
     profile = HyperoptProfile(args.bounds)
     set_keys = [parse_override(s)[0] for s in args.set]
     user_fixed = {k[1] for k in set_keys if len(k) == 2 and k[0] in ("training", "gpu")}
