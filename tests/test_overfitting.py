@@ -45,6 +45,20 @@ def test_agrees_with_a_brute_force_implementation(seed):
     T, N, S = int(rng.integers(60, 200)), int(rng.integers(3, 9)), int(rng.choice([4, 6, 8]))
     m = rng.standard_t(4, (T, N)) + rng.normal(0, 0.05, N)
     assert pbo_cscv(m, blocks=S).pbo == pytest.approx(_pbo_brute_force(m, S), abs=1e-12), f"seed {seed}"
+    m[:, 1] = m[:, 0]  # two identical trials: tied in and out of sample (the first wins, ranks averaged)
+    assert pbo_cscv(m, blocks=S).pbo == pytest.approx(_pbo_brute_force(m, S), abs=1e-12), f"seed {seed}, ties"
+
+
+def test_a_search_of_many_trials_is_evaluated_in_chunks_with_the_same_result(monkeypatch):
+    """The splits are evaluated a chunk at a time (memory bounded whatever the trials): any chunk size gives
+    the same logits."""
+    import workbench.overfitting as O
+
+    m = np.random.default_rng(3).normal(0, 1, (300, 12))
+    whole = O.pbo_cscv(m, blocks=10)
+    monkeypatch.setattr(O, "_CHUNK_CELLS", 12 * 7)  # 7 splits at a time
+    cut = O.pbo_cscv(m, blocks=10)
+    assert np.array_equal(whole.logits, cut.logits) and whole.splits == cut.splits == 252
 
 
 def test_pure_noise_is_a_coin_toss_on_average():

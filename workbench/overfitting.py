@@ -36,21 +36,6 @@ class PBOResult:
                 "method": "CSCV (Bailey, Borwein, Lopez de Prado & Zhu 2015), performance = Sharpe of the rows"}
 
 
-def _ranks_ascending(x: np.ndarray) -> np.ndarray:
-    """Ranks 1..n along the last axis, ties averaged."""
-    order = np.argsort(x, axis=-1, kind="stable")
-    ranks = np.empty_like(x, dtype=np.float64)
-    np.put_along_axis(ranks, order, np.arange(1, x.shape[-1] + 1, dtype=np.float64)[None, :].repeat(x.shape[0], 0),
-                      axis=-1)
-    # average the ranks of ties
-    for i in range(x.shape[0]):
-        vals, inv, counts = np.unique(x[i], return_inverse=True, return_counts=True)
-        if len(vals) < x.shape[1]:
-            sums = np.bincount(inv, weights=ranks[i])
-            ranks[i] = (sums / counts)[inv]
-    return ranks
-
-
 def pbo_cscv(perf: np.ndarray, blocks: int = DEFAULT_BLOCKS) -> PBOResult:
     """PBO of selecting the best of ``perf``'s columns by Sharpe (see the module docstring)."""
     m = np.asarray(perf, dtype=np.float64)
@@ -67,23 +52,34 @@ def pbo_cscv(perf: np.ndarray, blocks: int = DEFAULT_BLOCKS) -> PBOResult:
     n = np.array([len(p) for p in parts], dtype=np.float64)
     s1 = np.array([m[p].sum(axis=0) for p in parts])          # [S, N]
     s2 = np.array([(m[p] ** 2).sum(axis=0) for p in parts])
-
-    def sharpe(sel):
-        k = n[sel].sum()
-        mean = s1[sel].sum(axis=0) / k
-        var = (s2[sel].sum(axis=0) - k * mean**2) / (k - 1) if k > 1 else np.zeros(N)
-        sd = np.sqrt(np.maximum(var, 0.0))
-        return np.where(sd > 0, mean / np.where(sd > 0, sd, 1.0), 0.0)
-
-    idx = np.arange(S)
-    is_perf, oos_perf = [], []
-    for c in combinations(range(S), S // 2):
-        ins = np.zeros(S, bool)
-        ins[list(c)] = True
-        is_perf.append(sharpe(idx[ins]))
-        oos_perf.append(sharpe(idx[~ins]))
-    is_perf, oos_perf = np.array(is_perf), np.array(oos_perf)
-    best = np.argmax(is_perf, axis=1)  # ties: the first trial
-    w = _ranks_ascending(oos_perf)[np.arange(len(best)), best] / (N + 1)
-    logits = np.log(w / (1.0 - w))
+    combos = np.array(list(combinations(range(S), S // 2)), dtype=np.intp)  # [splits, S/2]: the in-sample blocks
+    logits = np.empty(len(combos))
+    chunk = max(1, _CHUNK_CELLS // max(N, S))  # splits at a time: memory bounded whatever the trials
+    for a in range(0, len(combos), chunk):
+        c = combos[a:a + chunk]
+        ins = np.zeros((len(c), S))
+        ins[np.arange(len(c))[:, None], c] = 1.0
+        out = 1.0 - ins
+        is_perf = _sharpe(ins @ n, ins @ s1, ins @ s2)        # [splits, N]
+        oos_perf = _sharpe(out @ n, out @ s1, out @ s2)
+        best = np.argmax(is_perf, axis=1)  # ties: the first trial
+        v = oos_perf[np.arange(len(c)), best][:, None]
+        # its rank among the trials out of sample, 1 = worst, ties averaged: the equal ones hold ranks
+        # below + 1 .. below + equal
+        rank = (oos_perf < v).sum(axis=1) + ((oos_perf == v).sum(axis=1) + 1) / 2.0
+        w = rank / (N + 1)
+        logits[a:a + len(c)] = np.log(w / (1.0 - w))
     return PBOResult(float(np.mean(logits <= 0)), logits, S, comb(S, S // 2), T, N)
+
+
+_CHUNK_CELLS = 1 << 21  # splits x trials evaluated at once (a few arrays of this many float64)
+
+
+def _sharpe(k: np.ndarray, s1: np.ndarray, s2: np.ndarray) -> np.ndarray:
+    """Per split (row) and trial (column): the Sharpe of the rows whose count, sum and sum of squares are
+    ``k`` [splits], ``s1``, ``s2`` [splits, trials] (sample standard deviation; 0 where it is 0)."""
+    k = k[:, None]
+    mean = s1 / k
+    var = np.where(k > 1, (s2 - k * mean ** 2) / np.maximum(k - 1, 1.0), 0.0)
+    sd = np.sqrt(np.maximum(var, 0.0))
+    return np.where(sd > 0, mean / np.where(sd > 0, sd, 1.0), 0.0)
