@@ -68,6 +68,8 @@ def test_each_agent_of_a_population_gets_what_it_gets_alone(bars, fold_gemm):
         assert np.array_equal(t.state.replay.prio.copy_to_host(), u.state.replay.prio.copy_to_host())
         assert np.array_equal(t.state.learner.step.copy_to_host(), u.state.learner.step.copy_to_host())
     assert not np.array_equal(together[0].params, together[1].params)  # the agents did differ
+    # agents on one window read one upload of its bars (and still get what they get alone, above)
+    assert trainers[2].state.window is trainers[0].state.window is not trainers[1].state.window
     assert [len(r.epochs) for r in together] == [1, 2, 2] and together[1].epochs[1].updates == 2
     assert together[0].epochs[0].ms["agents_per_launch"] == 3 and together[1].epochs[1].ms["agents_per_launch"] == 2
     assert agent_bytes(trainers[0]) > trainers[0].state.replay.capacity * 4  # counts the replay ring at least

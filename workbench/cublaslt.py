@@ -64,6 +64,9 @@ class EpilogueUnavailable(DeviceError):
     """cuBLASLt (nvmath-python) cannot be loaded, or offers no algorithm for an epilogue."""
 
 
+_HEURISTICS: dict = {}  # problem -> the heuristic's first algorithm (MatmulHeuristicResult), shared by every handle
+
+
 class CublasLt:
     """One cuBLASLt handle on the device's stream, sharing a workspace with the stream's other GEMMs
     (stream order keeps them apart)."""
@@ -118,20 +121,28 @@ class CublasLt:
         lay_a = L.matrix_layout_create(R32F, *((K, N, K) if tb else (N, K, N)))
         lay_b = L.matrix_layout_create(R32F, *((M, K, M) if ta else (K, M, K)))
         lay_c = L.matrix_layout_create(R32F, N, M, N)
-        results = L.MatmulHeuristicResult(1)
-        count = np.zeros(1, np.int32)
-        try:
-            L.matmul_algo_get_heuristic(self.handle, desc, lay_a, lay_b, lay_c, lay_c, self.pref, 1, results.ptr,
-                                        count.ctypes.data)
-        except Exception as exc:
-            count[0] = 0
-            why = str(exc).split(".")[0]
-        else:
-            why = "the heuristic returned none"
-        if count[0] < 1:
-            raise EpilogueUnavailable(f"cuBLASLt offers no {epi.name} algorithm for {M}x{N}x{K} "
-                                      f"(trans {ta}{tb}, {self.math}, SM target {target}): {why}",
-                                      "set gpu.fused_epilogues = 'off'" if kind != PLAIN else "set gpu.sm_share = 'off'")
+        # the heuristic's choice depends on the problem, not on the buffers (it assumes the default 256-byte
+        # alignment of every pointer): asked once per process for each problem, whatever the agent
+        problem = (self.device.info.name, self.math, M, N, K, int(ta), int(tb), int(epi), bias is not None,
+                   mask is not None, int(target), int(self.workspace.size))
+        results = _HEURISTICS.get(problem)
+        if results is None:
+            results = L.MatmulHeuristicResult(1)
+            count = np.zeros(1, np.int32)
+            try:
+                L.matmul_algo_get_heuristic(self.handle, desc, lay_a, lay_b, lay_c, lay_c, self.pref, 1, results.ptr,
+                                            count.ctypes.data)
+            except Exception as exc:
+                count[0] = 0
+                why = str(exc).split(".")[0]
+            else:
+                why = "the heuristic returned none"
+            if count[0] < 1:
+                raise EpilogueUnavailable(f"cuBLASLt offers no {epi.name} algorithm for {M}x{N}x{K} "
+                                          f"(trans {ta}{tb}, {self.math}, SM target {target}): {why}",
+                                          "set gpu.fused_epilogues = 'off'" if kind != PLAIN
+                                          else "set gpu.sm_share = 'off'")
+            _HEURISTICS[problem] = results
         plan = (desc, lay_a, lay_b, lay_c, results)
         self.plans[key] = plan
         return plan

@@ -44,6 +44,12 @@ class Mem:
     def up(self, x) -> object:
         return cuda.to_device(np.ascontiguousarray(x), stream=self.stream)
 
+    def copy(self, src) -> object:
+        """A new device array holding ``src``'s contents (a device-to-device copy on the stream)."""
+        a = cuda.device_array(src.shape, src.dtype, stream=self.stream)
+        a.copy_to_device(src, stream=self.stream)
+        return a
+
     def zeros(self, shape, dtype) -> object:
         return self.full(shape, 0, dtype)
 
@@ -109,10 +115,11 @@ class Learner(NamedTuple):
 
 
 def alloc_learner(mem: Mem, shape: NetShape, cfg, seed: int, norm_blocks: int) -> Learner:
-    p0 = init_params(shape, seed)
+    params = mem.up(init_params(shape, seed))
     z = lambda: mem.zeros(shape.n_params, np.float32)  # noqa: E731
-    return Learner(params=mem.up(p0), target=mem.up(p0), best=mem.up(p0), grads=z(), m=z(), v=z(),
-                   snap_params=mem.up(p0), snap_target=mem.up(p0), snap_m=z(), snap_v=z(),
+    p0 = lambda: mem.copy(params)  # noqa: E731 - the starting weights copied on the device, not uploaded again
+    return Learner(params=params, target=p0(), best=p0(), grads=z(), m=z(), v=z(),
+                   snap_params=p0(), snap_target=p0(), snap_m=z(), snap_v=z(),
                    support=mem.up(np.linspace(cfg.v_min, cfg.v_max, shape.atoms).astype(np.float32)),
                    branch_sizes=mem.up(np.array(shape.branch_sizes, np.int32)),
                    branch_offsets=mem.up(np.array(shape.branch_offsets, np.int32)),
@@ -322,15 +329,17 @@ class DeviceState(NamedTuple):
     shape: NetShape
 
 
-def alloc_state(device: Device, gemm, profile, cfg, w: Window, seed: int, norm_blocks: int) -> DeviceState:
-    """Allocate and upload a fold's whole device state, every buffer at its starting value."""
+def alloc_state(device: Device, gemm, profile, cfg, w: Window, seed: int, norm_blocks: int,
+                window: WindowData | None = None) -> DeviceState:
+    """Allocate and upload a fold's whole device state, every buffer at its starting value; ``window``: the
+    fold's bars already on the device (another agent's upload of the same window: kernels only read them)."""
     mem = Mem(device)
     shape = NetShape(obs_dim=w.n_features + N_POS, hidden=profile.hidden, atoms=profile.atoms, head_align=HEAD_ALIGN)
     learner = alloc_learner(mem, shape, cfg, seed, norm_blocks)
     n_new = profile.n_envs * cfg.rollout_steps
     chunk = backtest_chunk_bars(device, w)
     return DeviceState(
-        window=upload_window(mem, w), learner=learner,
+        window=window if window is not None else upload_window(mem, w), learner=learner,
         replay=alloc_replay(mem, replay_capacity(device, cfg.replay_capacity, profile.replay_vram_fraction, n_new)),
         envs=alloc_envs(mem, profile.n_envs, shape.obs_dim, cfg.eps_start),
         rollout=alloc_rollout(mem, profile.n_envs, cfg.rollout_steps, cfg.n_step),

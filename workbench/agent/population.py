@@ -105,9 +105,11 @@ class GpuPopulation:
     # ---------------------------------------------------------------- the phases run_agents drives
     def setup(self) -> None:
         d, ts = self.device, self.trainers
+        uploaded: dict = {}  # a window's bars on the device, uploaded by its first agent (a fold's seeds, a swarm's particles)
         for t, w in zip(ts, self.windows):
             if t.state is None:  # a population planner may have allocated the first agent to measure it
-                t.allocate(w)
+                t.allocate(w, uploaded.get(id(w)))
+            uploaded.setdefault(id(w), t.state.window)
         d.wait_for(self.lanes)  # allocation, uploads and first resets before the first launch (and capture)
         for epoch in range(max(self.epochs)):
             active = tuple(i for i, n in enumerate(self.epochs) if epoch < n)

@@ -327,13 +327,14 @@ class DeviceTrainer:
         K_ro.validation_stats_kernel[1, 1, st](S.backtest.pnl, S.window.day, w.val[0], w.val[1], S.backtest.val_stats)
 
     # ---------------------------------------------------------------- the fold
-    def allocate(self, w: Window) -> None:
+    def allocate(self, w: Window, window=None) -> None:
         """Init without capture: allocate and upload the state, load the kernels, reset the envs (all
-        enqueued on this trainer's stream). A population captures its agents' work together after this."""
+        enqueued on this trainer's stream). A population captures its agents' work together after this;
+        its agents on one window share its upload (``window``: another agent's ``state.window``)."""
         d = self.device
         self.w = w
         t0 = time.perf_counter()
-        self.state = alloc_state(d, self.gemm, self.profile, self.cfg, w, self.seed, self.norm_blocks)
+        self.state = alloc_state(d, self.gemm, self.profile, self.cfg, w, self.seed, self.norm_blocks, window)
         d.synchronize()
         t1 = time.perf_counter()
         self.kernels_loaded = 0 if d.simulator else load_kernels()  # compiled or cached, loaded, none launched
