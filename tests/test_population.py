@@ -118,11 +118,21 @@ def test_walkforward_trains_its_folds_and_seeds_as_one_population(bars, monkeypa
     from workbench.agent.fold import train_fold
     from workbench.rundir import RunDir
 
+    import threading
+
     cfg = _tiny_gpu_run(monkeypatch, E, max_folds=1)
     cfg = dataclasses.replace(cfg, training=dataclasses.replace(cfg.training, seeds=2))
+    where, rule_fold = [], E.rule_fold
+    monkeypatch.setattr(E, "rule_fold", lambda *a: where.append(threading.current_thread().name) or rule_fold(*a))
     with RunDir(tmp_path / "run") as run_dir:
         result = E.WalkForward(cfg).run(bars, progress=None, run_dir=run_dir)
     assert [f.ok for f in result.fold_results] == [True]
+    # the rule baselines were computed while the agents trained, and are what they are computed alone
+    assert where and set(where) == {"workbench-baselines"}
+    for name, base in E.WalkForward(cfg)._baselines(list(result.baselines), E.WalkForward(cfg).prepare(bars)).items():
+        alone = E.WalkForwardResult(name, result.folds, base, result.market, result.capital, account=result.account)
+        assert json.dumps(result.baselines[name], sort_keys=True, default=str) == json.dumps(
+            alone.metrics, sort_keys=True, default=str)  # NaN (a one-day test range's Sharpe) equal to NaN
     assert all(e["ms"]["agents_per_launch"] == 2 for f in result.fold_results for e in f.epochs)
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["population"]["agents_per_graph"] == 2 and summary["population"]["groups"] == 1

@@ -22,6 +22,7 @@ from .agent.ensemble import finish_fold
 from .agent.gemm import BATCH_MIN_AGENTS
 from .agent.fold import run_dqn_fold
 from .agent.population import side_by_side, train_folds
+from .background import in_background
 from .baselines import STRATEGIES, baseline_targets
 from .config import RunConfig, to_toml
 from .dashboard import resolve_progress
@@ -219,7 +220,11 @@ class WalkForward:
                 progress.fold_finished(res, time.perf_counter() - started.get(k, time.perf_counter()))
 
         plan: dict = {}
+        others = [n for n in STRATEGIES if n != cfg.strategy.name]  # the rule baselines reported beside the run
+        early_baselines = None
         if agent and side_by_side(backend, cfg.gpu, here, len(todo) * cfg.training.seeds):
+            # the baselines need only the data: the CPU computes them while the host mostly waits on the GPU
+            early_baselines = in_background(lambda: self._baselines(others, prep), "workbench-baselines")
             self._run_populations(todo, prep, backend, ranges, progress, started, finished, plan)
             todo = []  # every fold done, in populations
         if agent and not here and getattr(executor, "gpu_workers", False) and len(todo) > 1:
@@ -245,10 +250,9 @@ class WalkForward:
                                    str(run_dir.path) if run_dir else None, account=acct)
         summary = result.metrics
         # every other rule baseline on the same folds and costs, for comparison (and the plots' reference)
-        for name in (n for n in STRATEGIES if n != cfg.strategy.name):
-            sub = dataclasses.replace(cfg, strategy=dataclasses.replace(cfg.strategy, name=name))
-            base = [rule_fold(sub, k, prep, {}) for k in range(len(folds))]
-            br = WalkForwardResult(name, folds, base, spec, acct.capital, account=acct)
+        by_name = early_baselines() if early_baselines is not None else self._baselines(others, prep)
+        for name in others:
+            br = WalkForwardResult(name, folds, by_name[name], spec, acct.capital, account=acct)
             result.baseline_results[name] = br
             result.baselines[name] = br.metrics
         if run_dir is not None:
@@ -266,6 +270,15 @@ class WalkForward:
         if progress:
             progress.finish(summary)
         return result
+
+    def _baselines(self, names: list[str], prep: Prepared) -> dict[str, list[FoldResult]]:
+        """The rule baselines ``names`` on every fold's test range, with the run's costs and account."""
+        cfg = self.config
+        out = {}
+        for name in names:
+            sub = dataclasses.replace(cfg, strategy=dataclasses.replace(cfg.strategy, name=name))
+            out[name] = [rule_fold(sub, k, prep, {}) for k in range(len(prep.folds))]
+        return out
 
     def _run_on_gpu_workers(self, todo, executor, bars, ranges, progress, started, finished, plan: dict) -> None:
         """Workers that hold one GPU each: every worker gets a share of the folds (every n-th, so the shares

@@ -122,11 +122,7 @@ def make_backend(choice: str) -> Backend:
     pending = _started.pop(choice, None)
     if pending is None:
         return _make(choice)
-    thread, box = pending
-    thread.join()
-    if "error" in box:
-        raise box["error"]
-    backend = box["backend"]
+    backend = pending()
     if backend.kind == "gpu":
         from cuda_kernels.nb import cuda
 
@@ -140,26 +136,16 @@ def start_backend(choice: str) -> None:
     released) overlap what the caller does next (the CLIs: reading and preparing the bars);
     :func:`make_backend` takes it. Nothing for ``cpu``, for an unknown choice (``make_backend`` refuses
     it) or under the simulator."""
-    import threading
-
     from cuda_kernels.nb import SIMULATOR
+
+    from ..background import in_background
 
     if choice not in ("auto", "gpu") or choice in _started or SIMULATOR:
         return
-    box: dict = {}
-
-    def run() -> None:
-        try:
-            box["backend"] = _make(choice)
-        except BaseException as exc:  # noqa: BLE001 - re-raised by make_backend, in the caller's thread
-            box["error"] = exc
-
-    thread = threading.Thread(target=run, name="workbench-backend", daemon=True)
-    thread.start()
-    _started[choice] = (thread, box)
+    _started[choice] = in_background(lambda: _make(choice), "workbench-backend")
 
 
-_started: dict = {}  # choice -> (thread, result box) of start_backend
+_started: dict = {}  # choice -> the waiter of start_backend's thread
 
 
 def _make(choice: str) -> Backend:
