@@ -142,10 +142,25 @@ def start_backend(choice: str) -> None:
 
     if choice not in ("auto", "gpu") or choice in _started or SIMULATOR:
         return
+    if not _started:
+        import atexit
+
+        atexit.register(_settle)
     _started[choice] = in_background(lambda: _make(choice), "workbench-backend")
 
 
 _started: dict = {}  # choice -> the waiter of start_backend's thread
+
+
+def _settle() -> None:
+    """At exit: wait for a backend still being made that nothing took (a run refused its data first), so
+    the driver is never torn down while that thread is inside it; its errors no longer matter."""
+    for wait in list(_started.values()):
+        try:
+            wait()
+        except BaseException:  # noqa: BLE001 - exiting anyway
+            pass
+    _started.clear()
 
 
 def _make(choice: str) -> Backend:
