@@ -111,15 +111,15 @@ def test_closing_on_the_roll_bar_costs_one_trade_not_three(es_bars):
     assert r.commission[3] == pytest.approx(2 * 2.15) and r.slippage[3] == pytest.approx(2 * 12.5)
 
 
-def test_warm_up_compiles_the_types_the_real_calls_use(bars):
-    """The GPU path's background warm-up (engine._run_populations) must load the very specialisation a
-    fold's backtest then calls (market orders) and the agent's (passive orders with limits), or it
-    buys nothing: no new one appears after it."""
-    from workbench.accounting import _simulate_core, warm_up
+def test_the_baselines_load_the_types_the_agents_backtests_use(bars):
+    """The GPU path computes the rule baselines on a background thread while it trains
+    (engine.WalkForward.run); their simulate() (market orders, the run's capital and ruin level) must load
+    the very specialisation a fold's backtest then calls (market orders) and the agent's (passive orders
+    with limits), so the one-off load is paid there: no new one appears after it."""
+    from workbench.accounting import _simulate_core
 
-    t = warm_up(bars)
-    t.join(120)
-    assert not t.is_alive()
+    part = bars.slice(0, 64)
+    simulate(np.zeros(len(part), np.int64), part, capital=100_000.0, ruin_level=0.0)
     before = list(_simulate_core.signatures)
     assert before
     part = bars.slice(100, 400)

@@ -27,7 +27,6 @@ trade held across a roll names both contracts and carries the roll gaps its book
 """
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -204,23 +203,3 @@ def simulate(target: np.ndarray, bars: Bars, spec: MarketSpec | None = None, ord
     trades.insert(1, "exit_ts", idx[trades["exit_bar"].to_numpy()] if len(trades) else pd.DatetimeIndex([], tz="UTC"))
     _roll_fields(trades, bars)
     return SimResult(idx, pos, pnl, comm, slip, trades, capital, ruined)
-
-
-def warm_up(bars: Bars, spec: MarketSpec | None = None) -> threading.Thread:
-    """Load the compiled accounting core on a background thread and return the thread (started).
-
-    A process's first :func:`simulate` reads the compiled core from the on-disk cache and initialises
-    Numba's CPU typing (~0.3 s, once per process). The GPU path starts this before it trains, while the
-    host mostly waits on the device, so the first fold's backtest does not pay it. A short slice of the
-    same bars is accounted, so the arrays have the types the real calls have. Any error is left for the
-    real call to raise."""
-    def run() -> None:
-        try:
-            part = bars.slice(0, min(len(bars), 64))
-            simulate(np.zeros(len(part), np.int64), part, spec)
-        except Exception:  # noqa: BLE001 - the real call reports it
-            pass
-
-    t = threading.Thread(target=run, name="accounting-warm-up", daemon=True)
-    t.start()
-    return t

@@ -16,7 +16,7 @@ import numpy as np
 
 from . import metrics as M
 from .account import Account, account_for
-from .accounting import simulate, warm_up
+from .accounting import simulate
 from .agent.backend import make_backend
 from .agent.ensemble import finish_fold
 from .agent.gemm import BATCH_MIN_AGENTS
@@ -223,7 +223,8 @@ class WalkForward:
         others = [n for n in STRATEGIES if n != cfg.strategy.name]  # the rule baselines reported beside the run
         early_baselines = None
         if agent and side_by_side(backend, cfg.gpu, here, len(todo) * cfg.training.seeds):
-            # the baselines need only the data: the CPU computes them while the host mostly waits on the GPU
+            # the baselines need only the data: the CPU computes them while the host mostly waits on the GPU,
+            # and their first simulate() pays the CPU accounting's one-off load before any fold's backtest
             early_baselines = in_background(lambda: self._baselines(others, prep), "workbench-baselines")
             self._run_populations(todo, prep, backend, ranges, progress, started, finished, plan)
             todo = []  # every fold done, in populations
@@ -335,7 +336,6 @@ class WalkForward:
 
         on_epoch = (lambda k, s, log: progress.epoch(k, log, cfg.training.epochs) if s == 0 else None) if progress else None
         left, seeds = list(todo), {k: {} for k in todo}
-        warm_up(prep.bars, prep.spec)  # the CPU accounting's one-off load, while the GPU trains
         try:
             for k, s, trained in train_folds(todo, prep, cfg, backend, on_epoch, on_group):
                 seeds[k][s] = trained
