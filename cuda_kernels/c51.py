@@ -233,15 +233,18 @@ def c51_head_loss_kernel(head, head_bias, head_t, head_bias_t, actions, reward, 
                          B):
     """The dueling heads of an update and its loss in one launch. head: [2B, atoms*(1+A)], the online
     network's head GEMM output before its bias (rows [0, B) of s, [B, 2B) of s'); head_t: [B, ...], the
-    target network's of s'; head_bias, head_bias_t: their biases. q: out [B, A], the online Q of s (the
+    target network's of s'; head_bias, head_bias_t: their biases. q: out [B, A], the online Q of s' (the
     guard's |Q|); dhead: out [B, atoms*(1+A)] (every column written once, the padding columns zero);
     loss_out: out [B].
 
     Block per sample, warp per branch (``loss_launch``): the branches side by side, lane l holding atoms
     l, l + 32, ... of its branch (``_slots``: k of them). Each warp computes what ``dueling_head_kernel``
     would of its sample's three rows, with the same device functions in the same order (so the same
-    bits), but only what the loss reads: the online Q of s' (the next action, argmax), the online Q of s
-    and the taken action's log-probabilities, the target's distribution of the next action alone. Then
+    bits), but only what the loss reads: the online Q of s' (the next action, argmax, and the guard's
+    |Q|), the online log-probabilities of the taken action alone on s (the other actions' distributions
+    on s enter the gradient only through the dueling mean, which needs none of them), the target's
+    distribution of the next action alone: five of a branch's log-sum-exps where computing every
+    action's on s took seven, and three expectations where it took six. Then
     it places its source atoms j on the support (shared rows, one per branch) before the block's first
     barrier, and for each of its atoms z the projected target mass (``_source_mass``: no float atomics),
     the cross-entropy share and the gradient of atom z's column of each of the branch's actions. The
@@ -271,7 +274,7 @@ def c51_head_loss_kernel(head, head_bias, head_t, head_bias_t, actions, reward, 
     logit = cuda.local.array(HEAD_SLOTS, float32)
     nA, off = branch_size[U(br)], branch_off[U(br)]
     at = min(max(actions[U(b), U(br)], 0), nA - 1)
-    hrow = head[U(B + b)]  # s' (online): the next action, the first of the largest Q
+    hrow = head[U(B + b)]  # s' (online): every action's Q (the guard's), the next action: the first of the largest
     _row_setup(hrow, head_bias, lane, width, k, atoms, off, nA, v, mean)
     best, best_q = 0, float32(0.0)
     for a in range(max_actions):  # the same trip count in every warp (the simulator's stand-in has barriers)
@@ -280,19 +283,15 @@ def c51_head_loss_kernel(head, head_bias, head_t, head_bias_t, actions, reward, 
         qa = _action_logp_q(logit, lse, support, lane, width, k, atoms, live, t)
         if live and (a == 0 or qa > best_q):
             best, best_q = a, qa
-    hrow = head[U(b)]  # s (online): every action's Q, the taken action's log-probabilities
-    _row_setup(hrow, head_bias, lane, width, k, atoms, off, nA, v, mean)
-    for a in range(max_actions):
-        live = a < nA
-        lse = _action_lse(hrow, head_bias, lane, width, k, atoms, off, a, live, v, mean, logit, t)
-        qa = _action_logp_q(logit, lse, support, lane, width, k, atoms, live, t)
-        if a == at:
-            for i in range(HEAD_SLOTS):
-                if i >= k:
-                    break
-                lp[i] = logit[i] if lane + width * i < atoms else float32(0.0)
         if lane == 0 and live:
             q[U(b), U(off + a)] = qa
+    hrow = head[U(b)]  # s (online): the taken action's log-probabilities alone (``_action_logp_q``'s subtraction)
+    _row_setup(hrow, head_bias, lane, width, k, atoms, off, nA, v, mean)
+    lse = _action_lse(hrow, head_bias, lane, width, k, atoms, off, at, True, v, mean, logit, t)
+    for i in range(HEAD_SLOTS):
+        if i >= k:
+            break
+        lp[i] = logit[i] - lse if lane + width * i < atoms else float32(0.0)
     hrow = head_t[U(b)]  # s' (target): the next action's log-probabilities
     _row_setup(hrow, head_bias_t, lane, width, k, atoms, off, nA, v, mean)
     lse = _action_lse(hrow, head_bias_t, lane, width, k, atoms, off, best, True, v, mean, logit, t)

@@ -406,7 +406,7 @@ def test_dueling_head_matches_reference(rng, atoms):
 
 def _head_loss(head_pair, bias, head_t, bias_t, acts, reward, done, gamma_n, v_min, v_max, atoms, w, sizes, offs,
                support, width):
-    """c51_head_loss_kernel on poisoned outputs: (Q of s [B, A], dhead [B, width], loss [B])."""
+    """c51_head_loss_kernel on poisoned outputs: (online Q of s' [B, A], dhead [B, width], loss [B])."""
     B = head_t.shape[0]
     q, dhead, loss = poisoned((B, int(sizes.sum()))), poisoned((B, width)), poisoned(B)
     c51.c51_head_loss_kernel[c51.loss_launch(B, atoms, len(sizes))](
@@ -428,7 +428,7 @@ def test_c51_head_loss_unequal_branches_and_padded_rows(rng):
     pad = np.zeros((B, 3), np.float32)  # the head GEMM's padding columns: never read
     head, head_next, head_t = (rng.normal(0, 1.5, (B, W)).astype(np.float32) for _ in range(3))
     bias, bias_t = (rng.normal(0, 0.5, W + 3).astype(np.float32) for _ in range(2))
-    logp, q_s = c51.dueling_head_ref((head + bias[:W]).astype(np.float64), list(sizes), atoms, support)
+    logp, _ = c51.dueling_head_ref((head + bias[:W]).astype(np.float64), list(sizes), atoms, support)
     _, q_next = c51.dueling_head_ref((head_next + bias[:W]).astype(np.float64), list(sizes), atoms, support)
     logp_t, _ = c51.dueling_head_ref((head_t + bias_t[:W]).astype(np.float64), list(sizes), atoms, support)
     acts = np.stack([rng.integers(0, n, B) for n in sizes], 1).astype(np.int32)
@@ -440,7 +440,7 @@ def test_c51_head_loss_unequal_branches_and_padded_rows(rng):
                               atoms, w, sizes, offs, support, W + 3)
     rd, rloss = c51.c51_loss_ref(logp, q_next, logp_t, acts, reward, done, gamma_n, v_min, v_max, atoms, w,
                                  list(sizes), 1.0 / B)
-    np.testing.assert_allclose(q, q_s, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(q, q_next, rtol=1e-4, atol=1e-5)  # the guard's |Q|: the online network's on s'
     np.testing.assert_allclose(loss, rloss, rtol=1e-4)
     np.testing.assert_allclose(got[:, :W], rd, rtol=1e-3, atol=1e-6)
     assert np.all(got[:, W:] == 0)
@@ -450,7 +450,7 @@ def test_c51_head_loss_unequal_branches_and_padded_rows(rng):
 
 def test_c51_head_loss_matches_the_head_kernel_bit_for_bit(rng):
     """What the fused launch computes of the heads is what ``dueling_head_kernel`` computes (the same device
-    functions in the same order): its Q of s bit for bit, and its loss the one the head's log-probabilities
+    functions in the same order): its Q of s' bit for bit, and its loss the one the head's log-probabilities
     give (the reference, fed the head kernel's own float32 outputs)."""
     B, atoms, v_min, v_max, gamma_n = 6, 51, -3.0, 3.0, 0.97
     support = np.linspace(v_min, v_max, atoms).astype(np.float32)
@@ -471,7 +471,7 @@ def test_c51_head_loss_matches_the_head_kernel_bit_for_bit(rng):
     w = rng.uniform(0.2, 1.0, B).astype(np.float32)
     q, dhead, loss = _head_loss(pair, bias, head_t, bias_t, acts, reward, done, gamma_n, v_min, v_max, atoms, w,
                                 BRANCHES, OFFSETS, support, W)
-    assert np.array_equal(q.view(np.uint32), qh[:B].view(np.uint32))
+    assert np.array_equal(q.view(np.uint32), qh[B:].view(np.uint32))
     rd, rloss = c51.c51_loss_ref(lp[:B].astype(np.float64), qh[B:], lpt.astype(np.float64), acts, reward, done,
                                  gamma_n, v_min, v_max, atoms, w, list(BRANCHES), 1.0 / B)
     np.testing.assert_allclose(loss, rloss, rtol=1e-5)

@@ -115,7 +115,7 @@ class CpuTrainer:
         grads = backward_ref(lr.params, s, a_s, dhead, shape).astype(np.float32)
         norm, scale = K_opt.grad_norm_ref(grads, cfg.grad_clip)
         mean_loss = float(np.sum(isw * loss) / B)
-        max_q = float(np.max(np.abs(a_s["q"])))
+        max_q = float(np.max(np.abs(a_s2["q"])))  # the online Q of s', as the GPU's loss launch writes it
         tripped = not (np.isfinite(mean_loss) and np.isfinite(norm)) or max_q > cfg.q_limit
         if not tripped:
             lr.params, lr.m, lr.v = K_opt.adam_ref(lr.params, grads, lr.m, lr.v, cfg.lr, cfg.adam_beta1,

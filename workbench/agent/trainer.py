@@ -21,7 +21,8 @@ allocations and the kernels' first compilation):
 
 The epochs run in :func:`workbench.agent.loop.run_fold` (shared with the CPU backend); this class
 provides its phases. The epoch kept is chosen by :mod:`workbench.agent.selection`; its weights
-backtest the test range. The guard (non-finite loss or grad norm, or |Q| over ``q_limit``) stops every
+backtest the test range. The guard (non-finite loss or grad norm, or |Q| of the online network on the batch's
+next states s' over ``q_limit``) stops every
 update inside the graph at once; at the epoch's end the loop restores the weights, target and Adam
 state of the epoch's start and the event is reported.
 """
@@ -271,7 +272,7 @@ class DeviceTrainer:
         K_c51.c51_head_loss_kernel[K_c51.loss_launch(b.size, sh.atoms, nb) + (st,)](
             nets.online.head, views(lr.params, sh)["b3"], nets.t2.head, views(lr.target, sh)["b3"], b.actions, b.ret,
             b.terminal, cfg.gamma ** cfg.n_step, cfg.v_min, cfg.v_max, sh.atoms, b.isw, nb, lr.branch_sizes,
-            lr.branch_offsets, max(sh.branch_sizes), nets.online.support, 1.0 / b.size, nets.s.q, b.dhead, b.loss,
+            lr.branch_offsets, max(sh.branch_sizes), nets.online.support, 1.0 / b.size, nets.s2.q, b.dhead, b.loss,
             b.size)
 
     def _grad_norm_guard(self, st) -> None:
@@ -279,7 +280,7 @@ class DeviceTrainer:
         b, lr = S.batch, S.learner
         K_opt.grad_norm_guard_kernel[lr.norm_blocks, self.norm_threads, st](
             lr.grads, S.shape.n_params, lr.partials, lr.arrival(ARR.NORM), cfg.grad_clip, lr.clip, b.loss, b.isw,
-            b.size, S.nets.s.q, b.size, cfg.q_limit, lr.guard, lr.stats)
+            b.size, S.nets.s2.q, b.size, cfg.q_limit, lr.guard, lr.stats)
 
     def _update_finish(self, st) -> None:
         """Part 3 (finish): Adam with the target's EMA, priority update (the guard ran with the grad norm)."""
