@@ -35,6 +35,12 @@ def _regs(kern) -> int:
     return max(regs.values()) if isinstance(regs, dict) else regs
 
 
+def _reads_bias(kern) -> bool:
+    """Whether a head or loss kernel adds the head layer's bias itself (trees before the head GEMM's epilogue
+    added it: their kernels take the bias arrays, 11 and 22 parameters; now 10 and 20)."""
+    return kern.py_func.__code__.co_argcount in (11, 22)
+
+
 def _maxdiff(x: tuple, y: tuple) -> float:
     return max(float(np.max(np.abs(a.astype(np.float64) - b))) for a, b in zip(x, y))
 
@@ -91,7 +97,8 @@ def main() -> int:
         for _ in range(P):
             h = np.zeros((rows, cols), np.float32)
             h[:, :W] = rng.normal(0, 0.7, (rows, W))
-            hb.append({"head": cuda.to_device(h), "bias": cuda.to_device(rng.normal(0, 0.2, cols).astype(np.float32)),
+            bias = rng.normal(0, 0.2, cols).astype(np.float32)
+            hb.append({"head": cuda.to_device(h), "bias": cuda.to_device(bias), "head_b": cuda.to_device(h + bias),
                        "logp": cuda.device_array((rows, A, ATOMS), np.float32),
                        "q": cuda.device_array((rows, A), np.float32)})
         variants = [(f"head {n} {rows} rows", m[0].dueling_head_kernel, m[0].head_launch(rows, ATOMS, nb))
@@ -103,7 +110,8 @@ def main() -> int:
         outputs = {}
         for label, kern, launch in variants:
             def make(buf, kern=kern, launch=launch):
-                return lambda st: kern[launch + (st,)](buf["head"], buf["bias"], rows, nb, consts[0], consts[1], ATOMS,
+                head = (buf["head"], buf["bias"]) if _reads_bias(kern) else (buf["head_b"],)
+                return lambda st: kern[launch + (st,)](*head, rows, nb, consts[0], consts[1], ATOMS,
                                                        max(BRANCHES), consts[2], buf["logp"], buf["q"])
             outputs[label] = run(label, make, hb, kern, lambda buf: (buf["logp"].copy_to_host(), buf["q"].copy_to_host()))
         if "old" in kmods:
@@ -117,9 +125,9 @@ def main() -> int:
     for _ in range(P):
         pair, ht = np.zeros((2 * B, cols), np.float32), np.zeros((B, cols), np.float32)
         pair[:, :W], ht[:, :W] = rng.normal(0, 0.7, (2 * B, W)), rng.normal(0, 0.7, (B, W))
-        lbs.append({"pair": cuda.to_device(pair), "ht": cuda.to_device(ht),
-                    "bias": cuda.to_device(rng.normal(0, 0.2, cols).astype(np.float32)),
-                    "bias_t": cuda.to_device(rng.normal(0, 0.2, cols).astype(np.float32)),
+        bias, bias_t = (rng.normal(0, 0.2, cols).astype(np.float32) for _ in range(2))
+        lbs.append({"pair": cuda.to_device(pair), "ht": cuda.to_device(ht), "pair_b": cuda.to_device(pair + bias),
+                    "ht_b": cuda.to_device(ht + bias_t), "bias": cuda.to_device(bias), "bias_t": cuda.to_device(bias_t),
                     "acts": cuda.to_device(rng.integers(0, 3, (B, nb)).astype(np.int32)),
                     "rew": cuda.to_device(rng.normal(0, 2, B).astype(np.float32)),
                     "done": cuda.to_device((rng.random(B) < 0.05).astype(np.float32)),
@@ -131,8 +139,9 @@ def main() -> int:
     gamma_n = 0.99 ** 3
 
     def fused(lb, kern=c51.c51_head_loss_kernel, launch=c51.loss_launch):
+        heads = ((lb["pair"], lb["bias"], lb["ht"], lb["bias_t"]) if _reads_bias(kern) else (lb["pair_b"], lb["ht_b"]))
         return lambda st: kern[launch(B, ATOMS, nb) + (st,)](
-            lb["pair"], lb["bias"], lb["ht"], lb["bias_t"], lb["acts"], lb["rew"], lb["done"], gamma_n, -10.0, 10.0,
+            *heads, lb["acts"], lb["rew"], lb["done"], gamma_n, -10.0, 10.0,
             ATOMS, lb["w"], nb, consts[0], consts[1], max(BRANCHES), consts[2], 1.0 / B, lb["q"], lb["dhead"],
             lb["loss"], B)
 

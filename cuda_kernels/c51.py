@@ -76,30 +76,30 @@ def _fold(t, k, op):
 
 
 @device_function
-def _advantage_mean(hrow, head_bias, z, atoms, off, nA):
-    """Mean over the branch's actions of atom z's advantage (with its bias), in float32 (``hrow``: the row)."""
+def _advantage_mean(hrow, z, atoms, off, nA):
+    """Mean over the branch's actions of atom z's advantage, in float32 (``hrow``: the row, its bias added)."""
     total = float32(0.0)
     c = U(atoms * (1 + off) + z)  # the first action's column; each next action is ``atoms`` further on
     for _ in range(nA):
-        total += hrow[c] + head_bias[c]
+        total += hrow[c]
         c += U(atoms)
     return total * (float32(1.0) / float32(nA))
 
 
 @device_function
-def _row_setup(hrow, head_bias, lane, width, k, atoms, off, nA, v, mean):
-    """The row's value stream (with its bias) and the branch's advantage mean at the lane's atoms."""
+def _row_setup(hrow, lane, width, k, atoms, off, nA, v, mean):
+    """The row's value stream and the branch's advantage mean at the lane's atoms."""
     for j in range(HEAD_SLOTS):
         if j >= k:
             break
         z = lane + width * j
         valid = z < atoms
-        v[j] = hrow[U(z)] + head_bias[U(z)] if valid else float32(0.0)
-        mean[j] = _advantage_mean(hrow, head_bias, z, atoms, off, nA) if valid else float32(0.0)
+        v[j] = hrow[U(z)] if valid else float32(0.0)
+        mean[j] = _advantage_mean(hrow, z, atoms, off, nA) if valid else float32(0.0)
 
 
 @device_function
-def _action_lse(hrow, head_bias, lane, width, k, atoms, off, a, live, v, mean, logit, t):
+def _action_lse(hrow, lane, width, k, atoms, off, a, live, v, mean, logit, t):
     """Action a's logits at the lane's atoms into ``logit`` (-3.4e38 past the atoms and for an action past
     the branch's, ``live`` false) and their log-sum-exp over the atoms (0 when not ``live``); ``t``:
     scratch. Every lane of the warp calls it."""
@@ -108,7 +108,7 @@ def _action_lse(hrow, head_bias, lane, width, k, atoms, off, a, live, v, mean, l
             break
         z = lane + width * j
         c = atoms * (1 + off + a) + z
-        logit[j] = v[j] + (hrow[U(c)] + head_bias[U(c)]) - mean[j] if z < atoms and live else float32(-3.4e38)
+        logit[j] = v[j] + hrow[U(c)] - mean[j] if z < atoms and live else float32(-3.4e38)
         t[j] = logit[j]
     mx = warp_max(_fold(t, k, 1))
     for j in range(HEAD_SLOTS):
@@ -144,12 +144,11 @@ def _action_logp_q(logit, lse, support, lane, width, k, atoms, live, t):
 HEAD_REGISTERS = 40
 
 
-@kernel(void(float32[:, ::1], float32[::1], int64, int64, int32[::1], int32[::1], int64, int64, float32[::1],
+@kernel(void(float32[:, ::1], int64, int64, int32[::1], int32[::1], int64, int64, float32[::1],
              float32[:, :, ::1], float32[:, ::1]), max_registers=HEAD_REGISTERS)
-def dueling_head_kernel(head, head_bias, B, n_branch, branch_size, branch_off, atoms, max_actions, support, logp, q):
-    """head: [B, atoms*(1+A)], the head GEMM's output before its bias; head_bias: [atoms*(1+A)], added
-    here as each value is read (one launch fewer than a separate bias kernel); support: [atoms];
-    logp: out [B, A, atoms]; q: out [B, A].
+def dueling_head_kernel(head, B, n_branch, branch_size, branch_off, atoms, max_actions, support, logp, q):
+    """head: [B, atoms*(1+A)], the head layer's output, its bias added (by the head GEMM's epilogue);
+    support: [atoms]; logp: out [B, A, atoms]; q: out [B, A].
 
     Block per row, warp per branch (``head_launch``): lane l owns atoms l, l + 32, ... (``_slots``: k of
     them), so a row is read with consecutive lanes on consecutive columns; the slots past k are never
@@ -174,10 +173,10 @@ def dueling_head_kernel(head, head_bias, B, n_branch, branch_size, branch_off, a
     mean = cuda.local.array(HEAD_SLOTS, float32)
     logit = cuda.local.array(HEAD_SLOTS, float32)
     t = cuda.local.array(HEAD_SLOTS, float32)
-    _row_setup(hrow, head_bias, lane, width, k, atoms, off, nA, v, mean)
+    _row_setup(hrow, lane, width, k, atoms, off, nA, v, mean)
     for a in range(max_actions):  # the same trip count in every warp (the simulator's stand-in has barriers)
         live = a < nA
-        lse = _action_lse(hrow, head_bias, lane, width, k, atoms, off, a, live, v, mean, logit, t)
+        lse = _action_lse(hrow, lane, width, k, atoms, off, a, live, v, mean, logit, t)
         qa = _action_logp_q(logit, lse, support, lane, width, k, atoms, live, t)
         for j in range(HEAD_SLOTS):
             if j >= k:
@@ -225,15 +224,14 @@ def _source_mass(lo_j, hi_j, b_j, p_j, br, z, atoms):
     return m
 
 
-@kernel(void(float32[:, ::1], float32[::1], float32[:, ::1], float32[::1], int32[:, ::1], float32[::1], float32[::1],
-             float32, float32, float32, int64, float32[::1], int64, int32[::1], int32[::1], int64, float32[::1], float32,
-             float32[:, ::1], float32[:, ::1], float32[::1], int64))
-def c51_head_loss_kernel(head, head_bias, head_t, head_bias_t, actions, reward, done, gamma_n, v_min, v_max, atoms,
-                         is_w, n_branch, branch_size, branch_off, max_actions, support, grad_scale, q, dhead, loss_out,
-                         B):
+@kernel(void(float32[:, ::1], float32[:, ::1], int32[:, ::1], float32[::1], float32[::1], float32, float32, float32,
+             int64, float32[::1], int64, int32[::1], int32[::1], int64, float32[::1], float32, float32[:, ::1],
+             float32[:, ::1], float32[::1], int64))
+def c51_head_loss_kernel(head, head_t, actions, reward, done, gamma_n, v_min, v_max, atoms, is_w, n_branch,
+                         branch_size, branch_off, max_actions, support, grad_scale, q, dhead, loss_out, B):
     """The dueling heads of an update and its loss in one launch. head: [2B, atoms*(1+A)], the online
-    network's head GEMM output before its bias (rows [0, B) of s, [B, 2B) of s'); head_t: [B, ...], the
-    target network's of s'; head_bias, head_bias_t: their biases. q: out [B, A], the online Q of s' (the
+    network's head layer output, its bias added (rows [0, B) of s, [B, 2B) of s'); head_t: [B, ...], the
+    target network's of s'. q: out [B, A], the online Q of s' (the
     guard's |Q|); dhead: out [B, atoms*(1+A)] (every column written once, the padding columns zero);
     loss_out: out [B].
 
@@ -275,26 +273,26 @@ def c51_head_loss_kernel(head, head_bias, head_t, head_bias_t, actions, reward, 
     nA, off = branch_size[U(br)], branch_off[U(br)]
     at = min(max(actions[U(b), U(br)], 0), nA - 1)
     hrow = head[U(B + b)]  # s' (online): every action's Q (the guard's), the next action: the first of the largest
-    _row_setup(hrow, head_bias, lane, width, k, atoms, off, nA, v, mean)
+    _row_setup(hrow, lane, width, k, atoms, off, nA, v, mean)
     best, best_q = 0, float32(0.0)
     for a in range(max_actions):  # the same trip count in every warp (the simulator's stand-in has barriers)
         live = a < nA
-        lse = _action_lse(hrow, head_bias, lane, width, k, atoms, off, a, live, v, mean, logit, t)
+        lse = _action_lse(hrow, lane, width, k, atoms, off, a, live, v, mean, logit, t)
         qa = _action_logp_q(logit, lse, support, lane, width, k, atoms, live, t)
         if live and (a == 0 or qa > best_q):
             best, best_q = a, qa
         if lane == 0 and live:
             q[U(b), U(off + a)] = qa
     hrow = head[U(b)]  # s (online): the taken action's log-probabilities alone (``_action_logp_q``'s subtraction)
-    _row_setup(hrow, head_bias, lane, width, k, atoms, off, nA, v, mean)
-    lse = _action_lse(hrow, head_bias, lane, width, k, atoms, off, at, True, v, mean, logit, t)
+    _row_setup(hrow, lane, width, k, atoms, off, nA, v, mean)
+    lse = _action_lse(hrow, lane, width, k, atoms, off, at, True, v, mean, logit, t)
     for i in range(HEAD_SLOTS):
         if i >= k:
             break
         lp[i] = logit[i] - lse if lane + width * i < atoms else float32(0.0)
     hrow = head_t[U(b)]  # s' (target): the next action's log-probabilities
-    _row_setup(hrow, head_bias_t, lane, width, k, atoms, off, nA, v, mean)
-    lse = _action_lse(hrow, head_bias_t, lane, width, k, atoms, off, best, True, v, mean, logit, t)
+    _row_setup(hrow, lane, width, k, atoms, off, nA, v, mean)
+    lse = _action_lse(hrow, lane, width, k, atoms, off, best, True, v, mean, logit, t)
     dz = (v_max - v_min) / (atoms - 1)
     w = is_w[U(b)]
     r = reward[U(b)]

@@ -89,7 +89,6 @@ def test_graph_with_cublas_and_numba_equals_eager(rng, device, blas):
     guard = cuda.to_device(np.zeros(1, np.int32), stream=s)
     arrivals, stats = cuda.to_device(np.zeros(1, np.int32), stream=s), cuda.to_device(np.zeros(4, np.float32), stream=s)
     target = cuda.to_device(np.zeros(H * W, np.float32), stream=s)
-    head_bias = cuda.to_device(np.zeros(head.shape[1], np.float32), stream=s)
 
     def train_step(st):
         blas.gemm(x, w1, h)
@@ -97,7 +96,7 @@ def test_graph_with_cublas_and_numba_equals_eager(rng, device, blas):
         dense.bias_act_kernel[grid, tpb, st](h, b1, B, H, dense.ACT_RELU)
         blas.gemm(h, w2, head)
         c51.c51_head_loss_kernel[c51.loss_launch(B, atoms, nb) + (st,)](
-            pair, head_bias, head_t, head_bias, acts, rew, done, 0.97, -1.0, 1.0, atoms, isw, nb, dsizes, doffs, 3,
+            pair, head_t, acts, rew, done, 0.97, -1.0, 1.0, atoms, isw, nb, dsizes, doffs, 3,
             support, 1.0 / B, q, dhead, loss, B)
         blas.gemm(h, dhead, dw2, 1, 0)
         optim.grad_norm_guard_kernel[optim.NORM_BLOCKS, 256, st](dw2.reshape(H * W), H * W, parts, arrivals, 10.0, clip,

@@ -44,11 +44,13 @@ def test_forward_backward_match_reference(rng, head_align):
 def test_relayout_round_trip_and_init_in_every_layout():
     host = NetShape(obs_dim=7, hidden=8, atoms=3)  # head width 30 -> 32 columns at head_align 4
     pad = NetShape(obs_dim=7, hidden=8, atoms=3, head_align=4)
-    assert pad.head_cols == 32 and pad.n_params == host.n_params + 8 * 2
+    assert pad.head_cols == 32 and pad.n_params == host.n_params + 8 * 2 + 2  # W3's rows and b3 padded
     p = init_params(host, seed=3)
     q = init_params(pad, seed=3)
     assert np.array_equal(relayout(q, pad, host), p)  # the same weights in either layout
-    assert (views(q, pad)["W3"][:, 30:] == 0).all()
+    assert (views(q, pad)["W3"][:, 30:] == 0).all() and (views(q, pad)["b3"][30:] == 0).all()
+    q[-1] = 1.0  # b3's last padding entry: dropped in the host layout
+    assert np.array_equal(relayout(q, pad, host), p)
     assert np.array_equal(relayout(relayout(p, host, pad), pad, host), p)
 
 

@@ -5,6 +5,7 @@
 
 - ``relu_bias``: ``C = relu(C + bias)`` (``bias`` [N]), the ReLU's bit mask written to ``mask`` when one
   is given (cuBLASLt's ``RELU_AUX_BIAS``; ``RELU_BIAS`` without);
+- ``bias``: ``C = C + bias`` (``BIAS``: the head layer, whose output the dueling head and the loss read);
 - ``drelu_bgrad``: ``C = C * (forward output > 0)`` read from the forward's bit mask, and ``bias`` [N]
   receives ``C``'s column sums (``DRELU_BGRAD``): a ReLU layer's input gradient and its bias gradient;
 - ``plain``: the GEMM alone (a population's GEMMs told how many SMs to count on, below).
@@ -36,7 +37,7 @@ import numpy as np
 from .device import Device, DeviceError, device_pointer
 
 R32F = 0  # cudaDataType CUDA_R_32F
-RELU_BIAS, DRELU_BGRAD, PLAIN = "relu_bias", "drelu_bgrad", "plain"
+RELU_BIAS, BIAS, DRELU_BGRAD, PLAIN = "relu_bias", "bias", "drelu_bgrad", "plain"
 
 
 # Output tile area that sm_target counts an SM for: cuBLASLt's large TF32 tiles are 128 x 256, its fp32
@@ -104,6 +105,8 @@ class CublasLt:
         dset(A.TRANSB, int(ta))
         if kind == RELU_BIAS:
             epi = L.Epilogue.RELU_AUX_BIAS if mask is not None else L.Epilogue.RELU_BIAS
+        elif kind == BIAS:
+            epi = L.Epilogue.BIAS
         elif kind == DRELU_BGRAD:
             epi = L.Epilogue.DRELU_BGRAD
         elif kind == PLAIN:

@@ -10,8 +10,10 @@ The host layout (weights.npy, the CPU backend, :func:`init_params`) is exactly t
 (:attr:`NetShape.head_cols`: 510 -> 512 at the reference shape), the extra columns zero: rows of 510
 floats are not 16-byte aligned, and cuBLAS then runs the head's GEMMs without its vectorised and
 tensor-core kernels (TF32 1024 x 512 x 510: 21 us against 7.6 us at 512 wide, measured on the H200).
-The padding columns stay exactly zero (their gradients are sums of zeros; Adam, weight decay and the
-EMA keep a zero zero), so they change no result but the order in which cuBLAS adds. :func:`relayout`
+``b3`` is padded alike, so the head GEMM adds the head's bias in its epilogue (a bias of the GEMM's
+width) and the dueling head and the loss read one array. The padding columns stay exactly zero (their
+gradients are sums of zeros; Adam, weight decay and the EMA keep a zero zero), so they change no result
+but the order in which cuBLAS adds. :func:`relayout`
 converts between the two layouts.
 
 :class:`DeviceNetwork` enqueues forward and backward on the device's stream with preallocated
@@ -28,7 +30,7 @@ import numpy as np
 from cuda_kernels import c51, dense
 from cuda_kernels.nb import cuda
 
-from ..cublaslt import DRELU_BGRAD, RELU_BIAS, mask_ld
+from ..cublaslt import BIAS, DRELU_BGRAD, RELU_BIAS, mask_ld
 
 
 @dataclass(frozen=True)
@@ -64,7 +66,8 @@ class NetShape:
 
     def layout(self) -> list[tuple[str, tuple[int, ...]]]:
         D, H, W = self.obs_dim, self.hidden, self.head_width
-        return [("W1", (D, H)), ("b1", (H,)), ("W2", (H, H)), ("b2", (H,)), ("W3", (H, self.head_cols)), ("b3", (W,))]
+        return [("W1", (D, H)), ("b1", (H,)), ("W2", (H, H)), ("b2", (H,)), ("W3", (H, self.head_cols)),
+                ("b3", (self.head_cols,))]
 
     def offsets(self) -> dict[str, tuple[int, int, tuple[int, ...]]]:
         out, pos = {}, 0
@@ -103,7 +106,8 @@ def relayout(flat: np.ndarray, src: NetShape, dst: NetShape) -> np.ndarray:
     for name, block in views(flat, src).items():
         target = v_dst[name]
         if block.ndim == 1:
-            target[:] = block
+            w = min(len(block), len(target))  # b3: padded as W3's columns
+            target[:w] = block[:w]
         else:
             w = min(block.shape[1], target.shape[1])
             target[:, :w] = block[:, :w]
@@ -171,7 +175,7 @@ class DeviceNetwork:
                                   if self.fused and masks else (None, None))
         # the bias-gradient kernel's scratch (its row slices' sums, and its per-tile arrival counts, which
         # every launch leaves at zero): one for this network's backward launches, which run in turn
-        part_shape, tiles = dense.bias_backward_scratch_shapes(max(H, shape.head_width), device.simulator)
+        part_shape, tiles = dense.bias_backward_scratch_shapes(max(H, W), device.simulator)
         scratch = lambda: (cuda.device_array(part_shape, np.float32, stream=s),  # noqa: E731
                            cuda.to_device(np.zeros(tiles, np.int32), stream=s))
         self.bwd_scratch = scratch()
@@ -217,7 +221,7 @@ class DeviceNetwork:
         return v
 
     def forward(self, params_flat, x, head: bool = True) -> None:
-        """x: float32 [rows, obs_dim]; fills h1, h2, head (before its bias) and, with ``head``, logp and q (the
+        """x: float32 [rows, obs_dim]; fills h1, h2, head (its bias added) and, with ``head``, logp and q (the
         dueling head; a training update leaves it to its loss, ``c51.c51_head_loss_kernel``)."""
         run_steps(self.forward_steps(params_flat, x, head))
 
@@ -234,14 +238,14 @@ class DeviceNetwork:
         m1, m2 = (self.mask1, self.mask2) if self.fuses_backward else (None, None)
         yield Gemm(x, p["W1"], self.h1, 0, 0, self.gemm, Epilogue(RELU_BIAS, p["b1"], self.h1, m1, f, d))
         yield Gemm(self.h1, p["W2"], self.h2, 0, 0, self.gemm, Epilogue(RELU_BIAS, p["b2"], self.h2, m2, f, d))
-        yield Gemm(self.h2, p["W3"], self.head, 0, 0, self.gemm)  # its bias is added by the dueling head as it reads
+        yield Gemm(self.h2, p["W3"], self.head, 0, 0, self.gemm, Epilogue(BIAS, p["b3"], self.head, None, f, d))
         if not head:
             return
         if self.logp is None:
             raise ValueError("this network's dueling head runs in its loss's launch (DeviceNetwork(head=False))")
         nb = len(sh.branch_sizes)
         grid, block = c51.head_launch(self.rows, sh.atoms, nb)
-        c51.dueling_head_kernel[grid, block, st](self.head, p["b3"], self.rows, nb, self.bsz, self.boff, sh.atoms,
+        c51.dueling_head_kernel[grid, block, st](self.head, self.rows, nb, self.bsz, self.boff, sh.atoms,
                                                 max(sh.branch_sizes), self.support, self.logp, self.q)
 
     def backward_steps(self, params_flat, grads_flat, x, dhead):
@@ -275,8 +279,8 @@ class DeviceNetwork:
         """b3's gradient: ``dhead``'s column sums (dhead only read), on ``stream``, with the head's own
         scratch (so it may run beside the trunk's bias gradients, which share ``bwd_scratch``)."""
         sh = self.shape
-        gw, bw = dense.bias_backward_launch(sh.head_width, self.device.simulator)
-        dense.bias_act_backward_kernel[gw, bw, stream](dhead, self.head, g["b3"], self.rows, sh.head_width,
+        gw, bw = dense.bias_backward_launch(sh.head_cols, self.device.simulator)  # the padding's: sums of zeros
+        dense.bias_act_backward_kernel[gw, bw, stream](dhead, self.head, g["b3"], self.rows, sh.head_cols,
                                                       dense.ACT_IDENTITY, *self.head_scratch)
 
     def _backward_gemms(self, p, g, x, dhead, weights_by) -> tuple["Gemm", ...]:
@@ -301,9 +305,10 @@ FUSED_BACKWARD_MATH = ("fp32",)
 
 
 class Epilogue(NamedTuple):
-    """What a trunk layer does to its GEMM's output ``C`` right after it: ``relu_bias`` (forward:
-    ``C = relu(C + bias)``) or ``drelu_bgrad`` (backward: ``C`` times the ReLU's gradient, ``C *= out > 0``
-    with ``out`` the layer's forward output, and ``bias`` receives ``C``'s column sums, the bias gradient).
+    """What a layer does to its GEMM's output ``C`` right after it: ``relu_bias`` (a trunk layer's forward:
+    ``C = relu(C + bias)``), ``bias`` (the head layer's forward: ``C = C + bias``) or ``drelu_bgrad`` (a trunk
+    layer's backward: ``C`` times the ReLU's gradient, ``C *= out > 0`` with ``out`` the layer's forward
+    output, and ``bias`` receives ``C``'s column sums, the bias gradient).
     ``fused``: inside the GEMM (cuBLASLt, :mod:`workbench.cublaslt`), the ReLU passing from forward to
     backward as the bit ``mask`` (None where nothing backpropagates through this forward); else our
     bias kernel after the GEMM, on the network's ``device`` stream (:meth:`unfused`), reading ``out``;
@@ -321,9 +326,10 @@ class Epilogue(NamedTuple):
         """Our kernel for this epilogue on ``C``, enqueued on the network's stream."""
         M, N = C.shape
         st, sim = self.device.stream, self.device.simulator
-        if self.kind == RELU_BIAS:
+        if self.kind in (RELU_BIAS, BIAS):
             gh, th = dense.bias_act_launch(M, N, sim)
-            dense.bias_act_kernel[gh, th, st](C, self.bias, M, N, dense.ACT_RELU)
+            dense.bias_act_kernel[gh, th, st](C, self.bias, M, N, dense.ACT_RELU if self.kind == RELU_BIAS
+                                              else dense.ACT_IDENTITY)
         else:
             gh, bh = dense.bias_backward_launch(N, sim)
             dense.bias_act_backward_kernel[gh, bh, st](C, self.out, self.bias, M, N, dense.ACT_RELU, *self.scratch)

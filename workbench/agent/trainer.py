@@ -270,10 +270,9 @@ class DeviceTrainer:
         b, lr, nets, sh = S.batch, S.learner, S.nets, S.shape
         nb = len(sh.branch_sizes)
         K_c51.c51_head_loss_kernel[K_c51.loss_launch(b.size, sh.atoms, nb) + (st,)](
-            nets.online.head, views(lr.params, sh)["b3"], nets.t2.head, views(lr.target, sh)["b3"], b.actions, b.ret,
-            b.terminal, cfg.gamma ** cfg.n_step, cfg.v_min, cfg.v_max, sh.atoms, b.isw, nb, lr.branch_sizes,
-            lr.branch_offsets, max(sh.branch_sizes), nets.online.support, 1.0 / b.size, nets.s2.q, b.dhead, b.loss,
-            b.size)
+            nets.online.head, nets.t2.head, b.actions, b.ret, b.terminal, cfg.gamma ** cfg.n_step, cfg.v_min,
+            cfg.v_max, sh.atoms, b.isw, nb, lr.branch_sizes, lr.branch_offsets, max(sh.branch_sizes), nets.online.support,
+            1.0 / b.size, nets.s2.q, b.dhead, b.loss, b.size)
 
     def _grad_norm_guard(self, st) -> None:
         S, cfg = self.state, self.cfg
