@@ -175,7 +175,14 @@ def main() -> int:
                         "or our kernels after every GEMM")
     a.add_argument("--pdl", default="programmatic,order",
                    help="programmatic-edge modes (workbench.graph_edges) measured beside the plain loops")
+    a.add_argument("--fused-backward", metavar="MATHS",
+                   help="the GEMM maths whose backward fuses the ReLU and bias gradients into cuBLASLt's GEMMs "
+                        "(an experiment: network.FUSED_BACKWARD_MATH, fp32 alone by default)")
     args = a.parse_args()
+    if args.fused_backward is not None:
+        from workbench.agent import network
+
+        network.FUSED_BACKWARD_MATH = tuple(m for m in args.fused_backward.split(",") if m)
     modes = [m for m in args.pdl.split(",") if m and m != "off"]
     rows = []
     for p in args.sizes.split(","):
