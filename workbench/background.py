@@ -26,3 +26,19 @@ def in_background(fn, name: str):
         return box["result"]
 
     return wait
+
+
+class Deferred:
+    """``fn()``'s result, computed on a daemon thread named ``name`` once :meth:`start` is called (the first
+    call starts it, later ones do nothing), or in the caller's thread by :meth:`result` if nothing started
+    it: work whose moment to start is known only later (when the GPU is busy and the host only waits)."""
+
+    def __init__(self, fn, name: str):
+        self.fn, self.name, self._wait = fn, name, None
+
+    def start(self) -> None:
+        if self._wait is None:
+            self._wait = in_background(self.fn, self.name)
+
+    def result(self):
+        return self._wait() if self._wait is not None else self.fn()

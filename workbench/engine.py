@@ -22,7 +22,7 @@ from .agent.ensemble import finish_fold
 from .agent.gemm import BATCH_MIN_AGENTS
 from .agent.fold import run_dqn_fold
 from .agent.population import side_by_side, train_folds
-from .background import in_background
+from .background import Deferred
 from .baselines import STRATEGIES, baseline_targets
 from .config import RunConfig, to_toml
 from .dashboard import resolve_progress
@@ -221,12 +221,13 @@ class WalkForward:
 
         plan: dict = {}
         others = [n for n in STRATEGIES if n != cfg.strategy.name]  # the rule baselines reported beside the run
-        early_baselines = None
+        # the baselines need only the data: where populations train, the CPU computes them on a thread once the
+        # GPU is busy (from the first epoch's end: before it the host's own work, preparing, allocating and
+        # capturing, would share the interpreter with them), and their first simulate() pays the CPU
+        # accounting's one-off load before any fold's backtest; elsewhere after the folds, in this thread
+        baselines = Deferred(lambda: self._baselines(others, prep), "workbench-baselines")
         if agent and side_by_side(backend, cfg.gpu, here, len(todo) * cfg.training.seeds):
-            # the baselines need only the data: the CPU computes them while the host mostly waits on the GPU,
-            # and their first simulate() pays the CPU accounting's one-off load before any fold's backtest
-            early_baselines = in_background(lambda: self._baselines(others, prep), "workbench-baselines")
-            self._run_populations(todo, prep, backend, ranges, progress, started, finished, plan)
+            self._run_populations(todo, prep, backend, ranges, progress, started, finished, plan, busy=baselines.start)
             todo = []  # every fold done, in populations
         if agent and not here and getattr(executor, "gpu_workers", False) and len(todo) > 1:
             self._run_on_gpu_workers(todo, executor, bars, ranges, progress, started, finished, plan)
@@ -251,7 +252,7 @@ class WalkForward:
                                    str(run_dir.path) if run_dir else None, account=acct)
         summary = result.metrics
         # every other rule baseline on the same folds and costs, for comparison (and the plots' reference)
-        by_name = early_baselines() if early_baselines is not None else self._baselines(others, prep)
+        by_name = baselines.result()
         for name in others:
             br = WalkForwardResult(name, folds, by_name[name], spec, acct.capital, account=acct)
             result.baseline_results[name] = br
@@ -307,10 +308,12 @@ class WalkForward:
             for k, res in zip(shares[i], results):
                 finished(k, res)
 
-    def _run_populations(self, todo, prep, backend, ranges, progress, started, finished, plan: dict) -> None:
+    def _run_populations(self, todo, prep, backend, ranges, progress, started, finished, plan: dict,
+                         busy=None) -> None:
         """The GPU path for several folds: folds trained side by side in populations
         (:mod:`workbench.agent.population`; each fold's result is the one it gets alone), each fold
-        checked and reported as it would be alone. A group that fails to train fails its folds."""
+        checked and reported as it would be alone. A group that fails to train fails its folds.
+        ``busy()``: called at every epoch's end (the GPU then has the population's next epoch to run)."""
         cfg = self.config
 
         def on_group(group, size, per_agent):
@@ -334,7 +337,12 @@ class WalkForward:
                 if progress:
                     progress.fold_started(k, ranges[k])
 
-        on_epoch = (lambda k, s, log: progress.epoch(k, log, cfg.training.epochs) if s == 0 else None) if progress else None
+        def on_epoch(k, s, log):
+            if busy is not None:
+                busy()
+            if progress and s == 0:
+                progress.epoch(k, log, cfg.training.epochs)
+
         left, seeds = list(todo), {k: {} for k in todo}
         try:
             for k, s, trained in train_folds(todo, prep, cfg, backend, on_epoch, on_group):
