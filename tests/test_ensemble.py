@@ -2,6 +2,7 @@
 the ensemble's accounting, the run directory and resume, the search's score over seeds."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -155,3 +156,32 @@ def test_a_run_saved_before_training_seeds_existed_resumes_with_one_seed(tmp_pat
     check_config(saved, cfg, tmp_path)
     with pytest.raises(ConfigError, match=r"training\.seeds: 1 -> 2"):
         check_config(saved, load_config(None, TINY + ["training.seeds=2"]), tmp_path)
+
+
+def test_a_ruined_agent_fold_is_checked_against_the_accounting_without_the_ruin_rule():
+    """The trainer's backtest never stops trading, so a fold is checked bar for bar against simulate()
+    without the ruin rule, and its account (metrics, bars) is the one with it: a fold held at three
+    contracts on a $200 base is ruined and still checks; a backtest PnL off by a dollar on any bar, before
+    the ruin or after it, is refused."""
+    from workbench.agent.fold import AccountingMismatch
+
+    cfg = load_config(None, TINY + ["backtest.capital=200"])
+    prep = WalkForward(cfg).prepare("data/es_sample.parquet")
+    a, b = int(prep.folds.loc[0, "test_start"]), int(prep.folds.loc[0, "test_stop"])
+    ranges = {p: "" for p in ("train", "val", "test")}
+    for direction in (2, 0):  # long, then short: one of them loses the $200 (entry costs alone are ~$44)
+        q = np.zeros((b - a, N_POS, 9))
+        q[:, :, direction], q[:, :, 3 + 2] = 1.0, 1.0
+        walked = ensemble_test([_result(q)], prep.bars, prep.spec, a, b)  # the trainer's walk of the range
+        fold = finish_dqn_fold(0, prep, cfg, walked, ranges)
+        if fold.metrics["ruined"]:
+            break
+    assert fold.metrics["ruined"]
+    ruined_at = int(np.flatnonzero(fold.bars["equity_usd"].to_numpy() <= 0)[0])
+    assert (fold.bars["position"].to_numpy()[ruined_at + 1:] == 0).all()  # the account stopped
+    assert (walked.test_position[ruined_at + 2:] != 0).any()  # the trainer's walk did not
+    for bar in (ruined_at, len(walked.test_pnl) - 1):
+        bad = walked.test_pnl.copy()
+        bad[bar] += 1.0
+        with pytest.raises(AccountingMismatch, match=f"at test bar {bar}"):
+            finish_dqn_fold(0, prep, cfg, dataclasses.replace(walked, test_pnl=bad), ranges)

@@ -93,13 +93,15 @@ def finish_dqn_fold(k: int, prep, cfg, res, ranges: dict):
     close = test.column("close")
     # the decision at bar t is taken holding the position over bar t (the backtest's table look-up)
     target, order, limit = orders_from_actions(res.test_actions, res.test_position, close, spec.tick_size)
-    sim = simulate(target, test, spec, order=order, limit=limit, capital=acct.capital)
-    gap = np.abs(sim.pnl[1:] - res.test_pnl[1:])
+    # the account: a ruined one stops trading; the trainer's backtest never stops, so it is checked bar for bar
+    # against the accounting without the ruin rule (the same run where the account was never ruined)
+    sim = simulate(target, test, spec, order=order, limit=limit, capital=acct.capital, ruin_level=acct.ruin_level)
+    unruined = sim if sim.ruined_bar is None else simulate(target, test, spec, order=order, limit=limit,
+                                                             capital=acct.capital)
+    gap = np.abs(unruined.pnl[1:] - res.test_pnl[1:])
     if len(gap) and gap.max() > 0.01:
         t = int(np.argmax(gap)) + 1
         raise AccountingMismatch(f"fold {k}: backtest PnL differs from simulate() by {gap.max():.4f} USD at test bar {t}")
-    # checked bar for bar; now the account: a ruined one stops trading
-    sim = simulate(target, test, spec, order=order, limit=limit, capital=acct.capital, ruin_level=acct.ruin_level)
     m = M.summarize(sim.pnl, sim.index, sim.position, sim.trades, spec, acct.capital, sim.commission, sim.slippage,
                     sim.ruined_bar)
     chosen = res.epochs[res.best_epoch - 1] if res.best_epoch >= 1 else None
