@@ -35,10 +35,15 @@ def _regs(kern) -> int:
     return max(regs.values()) if isinstance(regs, dict) else regs
 
 
+def _params(kern) -> tuple[str, ...]:
+    code = kern.py_func.__code__
+    return code.co_varnames[:code.co_argcount]
+
+
 def _reads_bias(kern) -> bool:
     """Whether a head or loss kernel adds the head layer's bias itself (trees before the head GEMM's epilogue
-    added it: their kernels take the bias arrays, 11 and 22 parameters; now 10 and 20)."""
-    return kern.py_func.__code__.co_argcount in (11, 22)
+    added it: their kernels take the bias arrays)."""
+    return "head_bias" in _params(kern)
 
 
 def _maxdiff(x: tuple, y: tuple) -> float:
@@ -111,8 +116,9 @@ def main() -> int:
         for label, kern, launch in variants:
             def make(buf, kern=kern, launch=launch):
                 head = (buf["head"], buf["bias"]) if _reads_bias(kern) else (buf["head_b"],)
+                logp = (buf["logp"], 1) if "write_logp" in _params(kern) else (buf["logp"],)  # written, as before
                 return lambda st: kern[launch + (st,)](*head, rows, nb, consts[0], consts[1], ATOMS,
-                                                       max(BRANCHES), consts[2], buf["logp"], buf["q"])
+                                                       max(BRANCHES), consts[2], *logp, buf["q"])
             outputs[label] = run(label, make, hb, kern, lambda buf: (buf["logp"].copy_to_host(), buf["q"].copy_to_host()))
         if "old" in kmods:
             diff = _maxdiff(outputs[f"head now {rows} rows"], outputs[f"head old {rows} rows"])

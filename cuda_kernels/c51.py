@@ -145,10 +145,11 @@ HEAD_REGISTERS = 40
 
 
 @kernel(void(float32[:, ::1], int64, int64, int32[::1], int32[::1], int64, int64, float32[::1],
-             float32[:, :, ::1], float32[:, ::1]), max_registers=HEAD_REGISTERS)
-def dueling_head_kernel(head, B, n_branch, branch_size, branch_off, atoms, max_actions, support, logp, q):
+             float32[:, :, ::1], int64, float32[:, ::1]), max_registers=HEAD_REGISTERS)
+def dueling_head_kernel(head, B, n_branch, branch_size, branch_off, atoms, max_actions, support, logp, write_logp, q):
     """head: [B, atoms*(1+A)], the head layer's output, its bias added (by the head GEMM's epilogue);
-    support: [atoms]; logp: out [B, A, atoms]; q: out [B, A].
+    support: [atoms]; logp: out [B, A, atoms] where ``write_logp`` (acting and backtests read Q alone: then
+    any array, never written); q: out [B, A].
 
     Block per row, warp per branch (``head_launch``): lane l owns atoms l, l + 32, ... (``_slots``: k of
     them), so a row is read with consecutive lanes on consecutive columns; the slots past k are never
@@ -168,7 +169,7 @@ def dueling_head_kernel(head, B, n_branch, branch_size, branch_off, atoms, max_a
     nA, off = branch_size[br], branch_off[br]
     k = _slots(atoms, width)
     hrow = head[b]  # the row's views: one-dimensional indexing from here on
-    lrow = logp[b]
+    lrow = logp[b if write_logp else 0]
     v = cuda.local.array(HEAD_SLOTS, float32)
     mean = cuda.local.array(HEAD_SLOTS, float32)
     logit = cuda.local.array(HEAD_SLOTS, float32)
@@ -182,7 +183,7 @@ def dueling_head_kernel(head, B, n_branch, branch_size, branch_off, atoms, max_a
             if j >= k:
                 break
             z = lane + width * j
-            if z < atoms and live:
+            if z < atoms and live and write_logp:
                 lrow[U(off + a), U(z)] = logit[j]
         if lane == 0 and live:
             q[b, off + a] = qa

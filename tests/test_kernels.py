@@ -398,10 +398,16 @@ def test_dueling_head_matches_reference(rng, atoms):
     logp, q = poisoned((B, 9, atoms)), poisoned((B, 9))
     grid, block = c51.head_launch(B, atoms, 3)
     c51.dueling_head_kernel[grid, block](dev(head + bias), B, 3, dev(BRANCHES), dev(OFFSETS), atoms, 3, dev(support),
-                                         logp, q)
+                                         logp, 1, q)
     rl, rq = c51.dueling_head_ref((head + bias).astype(np.float64), list(BRANCHES), atoms, support)
     np.testing.assert_allclose(logp.copy_to_host(), rl, rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(q.copy_to_host(), rq, rtol=1e-4, atol=1e-5)
+    # acting reads Q alone: no log-probabilities written (the array passed is never touched), the same Q
+    unused, q2 = poisoned((1, 1, 1)), poisoned((B, 9))
+    c51.dueling_head_kernel[grid, block](dev(head + bias), B, 3, dev(BRANCHES), dev(OFFSETS), atoms, 3, dev(support),
+                                         unused, 0, q2)
+    assert np.isnan(unused.copy_to_host()).all()
+    assert np.array_equal(q2.copy_to_host(), q.copy_to_host())
 
 
 def _head_loss(head_pair, bias, head_t, bias_t, acts, reward, done, gamma_n, v_min, v_max, atoms, w, sizes, offs,
@@ -463,7 +469,7 @@ def test_c51_head_loss_matches_the_head_kernel_bit_for_bit(rng):
         logp, q = poisoned((rows, 9, atoms)), poisoned((rows, 9))
         grid, block = c51.head_launch(rows, atoms, 3)
         c51.dueling_head_kernel[grid, block](dev(h + bb), rows, 3, dev(BRANCHES), dev(OFFSETS), atoms, 3,
-                                             dev(support), logp, q)
+                                             dev(support), logp, 1, q)
         outs.append((logp.copy_to_host(), q.copy_to_host()))
     (lp, qh), (lpt, _) = outs
     acts = rng.integers(0, 3, (B, 3)).astype(np.int32)

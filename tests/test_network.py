@@ -54,6 +54,32 @@ def test_relayout_round_trip_and_init_in_every_layout():
     assert np.array_equal(relayout(relayout(p, host, pad), pad, host), p)
 
 
+def test_an_acting_network_keeps_only_what_acting_reads(rng):
+    """The envs' and the backtest's networks read Q alone and never backpropagate: no log-probabilities and no
+    gradient workspaces (at the reference shape the backtest chunk's network then holds about half the
+    memory); their Q is the Q of a network that keeps everything, bit for bit, and asking one for a
+    backward is refused."""
+    shape = NetShape(obs_dim=10, hidden=16, atoms=5, head_align=4)
+    rows = 6
+    params = cuda.to_device(init_params(shape, seed=int(rng.integers(0, 1000))))
+    x = cuda.to_device(rng.normal(size=(rows, shape.obs_dim)).astype(np.float32))
+    device = Device()
+    consts = (cuda.to_device(np.linspace(-1, 1, shape.atoms).astype(np.float32)),
+              cuda.to_device(np.array(shape.branch_sizes, np.int32)), cuda.to_device(np.array(shape.branch_offsets, np.int32)))
+    full = DeviceNetwork(device, make_gemm(device), shape, rows, *consts)
+    acting = DeviceNetwork(device, make_gemm(device), shape, rows, *consts, logp=False, backward=False)
+    assert acting.logp is None and acting.d1 is None and acting.d2 is None and not acting.bwd_scratch
+    H, W, A = shape.hidden, shape.head_cols, shape.n_actions
+    assert acting.nbytes == 4 * rows * (2 * H + W + A) + 4  # h1, h2, head, q and the head's one-float stand-in
+    assert full.nbytes > acting.nbytes + 4 * rows * (2 * H + A * shape.atoms)
+    full.forward(params, x)
+    acting.forward(params, x)
+    assert np.array_equal(acting.q.copy_to_host(), full.q.copy_to_host())
+    with pytest.raises(ValueError, match="backward=False"):
+        acting.backward(params, cuda.to_device(np.zeros(shape.n_params, np.float32)), x,
+                        cuda.to_device(np.zeros((rows, W), np.float32)))
+
+
 def test_a_stacked_forward_equals_its_halves_alone(rng):
     """The update's online forward runs s over s' as one stack of 2B rows (row_range views give each half):
     each half equals a forward of those rows alone (bit for bit with the Numba GEMM, which computes every

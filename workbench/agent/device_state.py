@@ -305,14 +305,15 @@ class Networks(NamedTuple):
 def alloc_networks(device: Device, gemm, shape: NetShape, learner: Learner, n_envs: int, batch: int,
                    backtest_rows: int, fused: bool = False) -> Networks:
     """The four networks' workspaces; ``fused``: their trunk's bias and ReLU inside the GEMMs where the
-    GEMM backend can (cuBLASLt), the online network (the one that backpropagates) keeping ReLU masks
-    for a fused backward (:attr:`~workbench.agent.network.DeviceNetwork.fuses_backward`). The update's two
-    (online, target) run their heads in the loss's launch, so they hold no head outputs of their own."""
-    mk = lambda rows, masks=False, head=True: DeviceNetwork(device, gemm, shape, rows, learner.support,  # noqa: E731
-                                                            learner.branch_sizes, learner.branch_offsets, fused,
-                                                            masks, head)
-    return Networks(env=mk(n_envs), online=mk(2 * batch, True, False), t2=mk(batch, head=False),
-                    backtest=mk(backtest_rows))
+    GEMM backend can (cuBLASLt), the online network (the one that backpropagates, the only one with
+    gradient workspaces) keeping ReLU masks for a fused backward
+    (:attr:`~workbench.agent.network.DeviceNetwork.fuses_backward`). The update's two (online, target) run
+    their heads in the loss's launch, so they hold no head outputs of their own; the envs' and the
+    backtest's act on Q alone, so they keep no log-probabilities."""
+    mk = lambda rows, **kw: DeviceNetwork(device, gemm, shape, rows, learner.support,  # noqa: E731
+                                          learner.branch_sizes, learner.branch_offsets, fused, **kw)
+    return Networks(env=mk(n_envs, logp=False, backward=False), online=mk(2 * batch, masks=True, head=False),
+                    t2=mk(batch, head=False, backward=False), backtest=mk(backtest_rows, logp=False, backward=False))
 
 
 class DeviceState(NamedTuple):

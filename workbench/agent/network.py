@@ -150,20 +150,26 @@ class DeviceNetwork:
     """Forward/backward for a fixed row count on preallocated device buffers."""
 
     def __init__(self, device, gemm, shape: NetShape, rows: int, support_dev, branch_sizes_dev, branch_offsets_dev,
-                 fused: bool = False, masks: bool = False, head: bool = True):
-        """``head``: whether this network runs its own dueling head (``logp``, ``q``); an update's networks
-        leave it to their loss (``c51.c51_head_loss_kernel``, which writes the online Q of s into ``q``),
-        so they hold no ``logp``."""
+                 fused: bool = False, masks: bool = False, head: bool = True, logp: bool = True,
+                 backward: bool = True):
+        """``head``: whether this network runs its own dueling head (``q``, and with ``logp`` the
+        log-probabilities); an update's networks leave it to their loss (``c51.c51_head_loss_kernel``, which
+        writes the online Q of s' into ``q``). Acting and backtesting read ``q`` alone (``logp=False``: no
+        ``[rows, actions, atoms]`` buffer written) and never backpropagate (``backward=False``: no gradient
+        workspaces): at the reference shape the backtest chunk's network holds 258 MB instead of 510."""
         self.device, self.gemm, self.shape, self.rows = device, gemm, shape, rows
         s = device.stream
         H, W, A = shape.hidden, shape.head_cols, shape.n_actions
+        self.runs_head = head
         self.h1 = cuda.device_array((rows, H), np.float32, stream=s)
         self.h2 = cuda.device_array((rows, H), np.float32, stream=s)
         self.head = cuda.device_array((rows, W), np.float32, stream=s)
-        self.logp = cuda.device_array((rows, A, shape.atoms), np.float32, stream=s) if head else None
+        self.logp = cuda.device_array((rows, A, shape.atoms), np.float32, stream=s) if head and logp else None
+        # the head kernel's log-probabilities parameter where none are kept (it writes nothing there)
+        self.no_logp = cuda.device_array((1, 1, 1), np.float32, stream=s) if head and not logp else None
         self.q = cuda.device_array((rows, A), np.float32, stream=s)
-        self.d2 = cuda.device_array((rows, H), np.float32, stream=s)
-        self.d1 = cuda.device_array((rows, H), np.float32, stream=s)
+        self.d2 = cuda.device_array((rows, H), np.float32, stream=s) if backward else None
+        self.d1 = cuda.device_array((rows, H), np.float32, stream=s) if backward else None
         self.support, self.bsz, self.boff = support_dev, branch_sizes_dev, branch_offsets_dev
         # fused epilogues (cuBLASLt) where asked for and the GEMM backend has them; then the trunk's ReLU
         # masks, one bit per (row, column), for the backward's fused ReLU gradient (masks: only a network
@@ -172,14 +178,15 @@ class DeviceNetwork:
         nbytes = mask_ld(H) // 8
         self.mask1, self.mask2 = ((cuda.device_array((rows, nbytes), np.uint8, stream=s),
                                    cuda.device_array((rows, nbytes), np.uint8, stream=s))
-                                  if self.fused and masks else (None, None))
+                                  if self.fused and masks and backward else (None, None))
         # the bias-gradient kernel's scratch (its row slices' sums, and its per-tile arrival counts, which
         # every launch leaves at zero): one for this network's backward launches, which run in turn
         part_shape, tiles = dense.bias_backward_scratch_shapes(max(H, W), device.simulator)
         scratch = lambda: (cuda.device_array(part_shape, np.float32, stream=s),  # noqa: E731
                            cuda.to_device(np.zeros(tiles, np.int32), stream=s))
-        self.bwd_scratch = scratch()
-        self.head_scratch = scratch()  # the head's bias gradient's (_head_bias_grad), which may run beside the others
+        self.bwd_scratch = scratch() if backward else ()
+        # the head's bias gradient's (_head_bias_grad), which may run beside the others
+        self.head_scratch = scratch() if backward else ()
         self.view_of = None
 
     @property
@@ -187,8 +194,8 @@ class DeviceNetwork:
         """Device memory of the activation workspaces (0 for a view: its buffers are another's)."""
         if self.view_of is not None:
             return 0
-        return sum(int(a.size) * int(a.dtype.itemsize) for a in (self.h1, self.h2, self.head, self.logp, self.q,
-                                                                  self.d2, self.d1, self.mask1, self.mask2,
+        return sum(int(a.size) * int(a.dtype.itemsize) for a in (self.h1, self.h2, self.head, self.logp, self.no_logp,
+                                                                  self.q, self.d2, self.d1, self.mask1, self.mask2,
                                                                   *self.bwd_scratch, *self.head_scratch)
                    if a is not None)
 
@@ -221,8 +228,8 @@ class DeviceNetwork:
         return v
 
     def forward(self, params_flat, x, head: bool = True) -> None:
-        """x: float32 [rows, obs_dim]; fills h1, h2, head (its bias added) and, with ``head``, logp and q (the
-        dueling head; a training update leaves it to its loss, ``c51.c51_head_loss_kernel``)."""
+        """x: float32 [rows, obs_dim]; fills h1, h2, head (its bias added) and, with ``head``, q and logp where
+        kept (the dueling head; a training update leaves it to its loss, ``c51.c51_head_loss_kernel``)."""
         run_steps(self.forward_steps(params_flat, x, head))
 
     def backward(self, params_flat, grads_flat, x, dhead) -> None:
@@ -241,14 +248,18 @@ class DeviceNetwork:
         yield Gemm(self.h2, p["W3"], self.head, 0, 0, self.gemm, Epilogue(BIAS, p["b3"], self.head, None, f, d))
         if not head:
             return
-        if self.logp is None:
+        if not self.runs_head:
             raise ValueError("this network's dueling head runs in its loss's launch (DeviceNetwork(head=False))")
         nb = len(sh.branch_sizes)
         grid, block = c51.head_launch(self.rows, sh.atoms, nb)
+        keep = self.logp is not None
         c51.dueling_head_kernel[grid, block, st](self.head, self.rows, nb, self.bsz, self.boff, sh.atoms,
-                                                max(sh.branch_sizes), self.support, self.logp, self.q)
+                                                max(sh.branch_sizes), self.support, self.logp if keep else self.no_logp,
+                                                int(keep), self.q)
 
     def backward_steps(self, params_flat, grads_flat, x, dhead):
+        if self.d1 is None:
+            raise ValueError("this network keeps no gradient workspaces (DeviceNetwork(backward=False))")
         g = views(grads_flat, self.shape)
         self._head_bias_grad(g, dhead, self.device.stream)
         yield from self._backward_gemms(views(params_flat, self.shape), g, x, dhead, self.gemm)
