@@ -268,9 +268,15 @@ class Backtest(NamedTuple):
     chunk_bars: int
 
 
+# Rows (bar x held position) of one backtest chunk's forward at most: its network workspace is ~6 KB a row at
+# the reference shape, so 16,384 rows hold ~100 MB per agent where a 6,000-bar range in one chunk (42,000
+# rows) held 250 MB; a chunk of 16,384 rows still fills the GPU's GEMMs, and validation is ~1 % of an epoch.
+BACKTEST_ROWS = 16384
+
+
 def backtest_chunk_bars(device: Device, w: Window) -> int:
     longest = max(w.val[1] - w.val[0], w.test[1] - w.test[0])  # the longest range ever backtested
-    return max(1, min(longest, (8192 if device.simulator else 65536) // N_POS))
+    return max(1, min(longest, (8192 if device.simulator else BACKTEST_ROWS) // N_POS))
 
 
 def alloc_backtest(mem: Mem, shape: NetShape, n_bars: int, chunk_bars: int) -> Backtest:
