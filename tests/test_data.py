@@ -246,3 +246,17 @@ def test_utc_index_is_what_to_datetime_gives(rng):
     want = pd.DatetimeIndex(pd.to_datetime(ts, utc=True), name="ts")
     got = utc_index(ts, name="ts")
     pd.testing.assert_index_equal(got, want, exact=True)
+
+
+def test_trading_day_ids_of_a_range_are_the_series_ids_less_its_first(bars):
+    """A fold window's trading days come from the series' ids (computed once): for any range they equal the
+    ids of that range's own bars, numbered from 0 where days end at the market's day_end."""
+    ids = bars.day_ids
+    assert ids.dtype == np.int32 and ids[0] == 0 and (np.diff(ids) >= 0).all() and (np.diff(ids) <= 1).all()
+    local = bars.frame.index.tz_convert(bars.market.session_tz) + bars.market.day_end_offset()
+    assert ids[-1] + 1 == len(np.unique(local.normalize()))
+    rng = np.random.default_rng(5)
+    for lo, hi in [(0, len(bars)), *sorted(tuple(sorted(rng.integers(0, len(bars), 2))) for _ in range(6))]:
+        if hi - lo < 2:
+            continue
+        assert np.array_equal(bars.slice(lo, hi).day_ids, ids[lo:hi] - ids[lo]), (lo, hi)

@@ -11,6 +11,8 @@ contract named in the file name (``6EH4.XCME_1min.csv``).
 """
 from __future__ import annotations
 
+import functools
+
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -63,6 +65,14 @@ class Bars:
     @property
     def has_volume(self) -> bool:
         return bool(self.frame["volume"].notna().any())
+
+    @functools.cached_property
+    def day_ids(self) -> np.ndarray:
+        """int32 [T]: each bar's trading day, numbered from 0 in order (days end at the market's ``day_end``
+        in exchange time); computed once per series, a range's ids are its slice less its first."""
+        local = self.frame.index.tz_convert(self.market.session_tz) + self.market.day_end_offset()
+        day = local.normalize().asi8
+        return np.concatenate([[0], np.cumsum(day[1:] != day[:-1])]).astype(np.int32)
 
     @property
     def roll_mask(self) -> np.ndarray:

@@ -44,12 +44,6 @@ class Window:
         return max(2, min(int(requested), self.train[1] - self.train[0] - 1))
 
 
-def trading_day_ids(index: pd.DatetimeIndex, bars: Bars) -> np.ndarray:
-    local = index.tz_convert(bars.market.session_tz) + bars.market.day_end_offset()
-    day = local.normalize().asi8
-    return np.concatenate([[0], np.cumsum(day[1:] != day[:-1])]).astype(np.int32)
-
-
 def make_window(bars: Bars, feats: Features, fold: dict) -> Window:
     lo, hi = int(fold["train_start"]), int(fold["test_stop"])
     norm = Normalizer.fit(feats.values, int(fold["train_start"]), int(fold["train_stop"]))
@@ -57,6 +51,6 @@ def make_window(bars: Bars, feats: Features, fold: dict) -> Window:
     rel = lambda a, b: (int(fold[a]) - lo, int(fold[b]) - lo)  # noqa: E731
     return Window(lo=lo, features=np.ascontiguousarray(norm.apply(feats.values[lo:hi])),
                   open=sub.column("open"), high=sub.column("high"), low=sub.column("low"), close=sub.column("close"),
-                  roll=sub.roll_mask.astype(np.int8), day=trading_day_ids(sub.frame.index, bars),
+                  roll=sub.roll_mask.astype(np.int8), day=bars.day_ids[lo:hi] - bars.day_ids[lo],
                   train=rel("train_start", "train_stop"), val=rel("val_start", "val_stop"),
                   test=rel("test_start", "test_stop"), index=sub.frame.index)
