@@ -111,7 +111,7 @@ def choose_product(df: pd.DataFrame, symbol: str, source: str) -> tuple[pd.DataF
             df = df.assign(symbol=token.upper())
             return df, root, f"from the file name ('{token}'); the file has no symbol column"
         return df, "", "the file has no symbol column"
-    uniq, codes = np.unique(symbols.to_numpy(), return_inverse=True)
+    codes, uniq = pd.factorize(symbols.to_numpy())  # hashing, not a sort of every row's string
     root_of = np.array([parse_symbol(u).root for u in uniq])
     roots = root_of[codes]
     counts = pd.Series(roots).value_counts()
