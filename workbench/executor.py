@@ -345,8 +345,16 @@ def _takes_n_workers(client) -> bool:
     return "n_workers" in inspect.signature(client.scheduler_info).parameters
 
 
+def runs_in_process(workers: int = 1, scheduler: str | None = None) -> bool:
+    """Whether ``--workers N`` / ``--scheduler ADDRESS`` leave the jobs in this process (:func:`make_executor`
+    then gives the :class:`InlineExecutor`)."""
+    return workers == 1 and not scheduler
+
+
 def make_executor(workers: int = 1, scheduler: str | None = None, device: str = "auto"):
     """What the CLIs' ``--workers N`` / ``--scheduler ADDRESS`` ask for."""
+    if runs_in_process(workers, scheduler):
+        return InlineExecutor()
     if scheduler == "local":  # a Dask cluster on this host, one worker per GPU (or --workers CPU workers)
         gpus = [] if device == "cpu" else visible_gpus()
         return DaskExecutor("local", workers=workers if workers > 1 else 0, gpus=gpus)
@@ -355,8 +363,6 @@ def make_executor(workers: int = 1, scheduler: str | None = None, device: str = 
             raise ConfigError("--workers goes with --scheduler local only",
                               "a remote scheduler's workers are started on their own hosts")
         return DaskExecutor(scheduler)
-    if workers == 1:
-        return InlineExecutor()
     gpus = [] if device == "cpu" else visible_gpus()
     if device == "gpu" and not gpus:
         raise ConfigError("device 'gpu' asked for, but no CUDA device is available", "use --device cpu or auto")

@@ -21,6 +21,7 @@ from .dashboard import make_progress, table_of
 from .data import bars_for
 from .agent.backend import start_backend
 from .engine import ALL_STRATEGIES, WalkForward
+from .executor import runs_in_process
 from .resume import check_config
 from .cli import Parser, add_data_args, add_executor_args, data_overrides, executor_from_args, print_notes, run_guarded
 from .errors import UsageError
@@ -136,7 +137,7 @@ def _run(args, overrides: list[str], run_dir: RunDir | None) -> int:
     cfg = load_config(args.config, overrides)
     if run_dir is not None:  # resuming: the same config, checked before any data is read
         check_config((run_dir.path / "config.toml").read_text(), cfg, run_dir.path)
-    if cfg.strategy.name == "dqn" and args.workers == 1 and not args.scheduler:
+    if cfg.strategy.name == "dqn" and runs_in_process(args.workers, args.scheduler):
         start_backend(cfg.device)  # the GPU's context and libraries made while the bars are read and prepared
     wf = WalkForward(cfg)
     bars = bars_for(args.data, cfg)

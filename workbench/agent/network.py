@@ -161,7 +161,6 @@ class DeviceNetwork:
         self.device, self.gemm, self.shape, self.rows = device, gemm, shape, rows
         s = device.stream
         H, W, A = shape.hidden, shape.head_cols, shape.n_actions
-        self.runs_head = head
         self.h1 = cuda.device_array((rows, H), np.float32, stream=s)
         self.h2 = cuda.device_array((rows, H), np.float32, stream=s)
         self.head = cuda.device_array((rows, W), np.float32, stream=s)
@@ -249,7 +248,7 @@ class DeviceNetwork:
         yield Gemm(self.h2, p["W3"], self.head, 0, 0, self.gemm, Epilogue(BIAS, p["b3"], self.head, None, f, d))
         if not head:
             return
-        if not self.runs_head:
+        if self.logp is None and self.no_logp is None:
             raise ValueError("this network's dueling head runs in its loss's launch (DeviceNetwork(head=False))")
         nb = len(sh.branch_sizes)
         grid, block = c51.head_launch(self.rows, sh.atoms, nb)

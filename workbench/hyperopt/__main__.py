@@ -22,6 +22,7 @@ from .. import metrics as M
 from ..config import load_config, parse_override, to_toml
 from ..agent.backend import start_backend
 from ..data import bars_for
+from ..executor import runs_in_process
 from cuda_kernels.nb import gpu_available
 
 from ..cli import Parser, add_data_args, add_executor_args, data_overrides, executor_from_args, print_notes, run_guarded
@@ -122,7 +123,7 @@ def run(args) -> int:
     overrides = list(args.set) + data_overrides(args) + ([f'device="{args.device}"'] if args.device else [])
     base = load_config(args.config, overrides)
     base = dataclasses.replace(base, strategy=dataclasses.replace(base.strategy, name="dqn"))
-    if args.workers == 1 and not args.scheduler:
+    if runs_in_process(args.workers, args.scheduler):
         start_backend(base.device)  # the GPU's context and libraries made while the bars are read and prepared
     profile = HyperoptProfile(args.bounds)
     set_keys = [parse_override(s)[0] for s in args.set]
