@@ -40,7 +40,7 @@ def reference(tr, params_host: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
     S, cfg = tr.state, tr.cfg
     b, shape = S.batch, S.shape.host
-    pair = b.obs_pair.copy_to_host().astype(np.float64)
+    pair = b.obs_pair.copy_to_host()[:, :shape.obs_dim].astype(np.float64)  # the padding column dropped
     s, s2 = pair[:B], pair[B:]
     support = S.nets.online.support.copy_to_host().astype(np.float64)
     a_s, a_s2 = forward_ref(params_host, s, shape, support), forward_ref(params_host, s2, shape, support)

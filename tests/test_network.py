@@ -6,15 +6,17 @@ import pytest
 from numba import cuda
 
 from workbench.agent.gemm import make_gemm
-from workbench.agent.network import DeviceNetwork, NetShape, backward_ref, forward_ref, init_params, relayout, views
+from workbench.agent.network import (DeviceNetwork, NetShape, backward_ref, device_obs, forward_ref, init_params, relayout,
+                                    views)
 from workbench.device import Device
 
 
-@pytest.mark.parametrize("head_align", [1, 4])
-def test_forward_backward_match_reference(rng, head_align):
-    """The device network in the device layout (W3's rows padded to head_align columns: 50 -> 52 here)
-    against the NumPy reference in the host layout; the padding columns' gradients are exactly zero."""
-    shape = NetShape(obs_dim=10, hidden=16, atoms=5, head_align=head_align)
+@pytest.mark.parametrize("align", [1, 4])
+def test_forward_backward_match_reference(rng, align):
+    """The device network in the device layout (W3's rows padded to ``align`` columns: 50 -> 52 here, the
+    observations' rows and so W1's rows 10 -> 12) against the NumPy reference in the host layout; the
+    padding's gradients are exactly zero."""
+    shape = NetShape(obs_dim=10, hidden=16, atoms=5, align=align)
     host = shape.host
     rows = 6
     params = init_params(host, seed=int(rng.integers(0, 1000)))
@@ -25,7 +27,7 @@ def test_forward_backward_match_reference(rng, head_align):
     net = DeviceNetwork(device, make_gemm(device), shape, rows, cuda.to_device(support),
                         cuda.to_device(np.array(shape.branch_sizes, np.int32)),
                         cuda.to_device(np.array(shape.branch_offsets, np.int32)))
-    p_dev, x_dev = cuda.to_device(relayout(params, host, shape)), cuda.to_device(x)
+    p_dev, x_dev = cuda.to_device(relayout(params, host, shape)), cuda.to_device(device_obs(x, shape))
     net.forward(p_dev, x_dev)
     ref = forward_ref(params, x.astype(np.float64), host, support)
     np.testing.assert_allclose(net.q.copy_to_host(), ref["q"], rtol=1e-4, atol=1e-5)
@@ -39,16 +41,55 @@ def test_forward_backward_match_reference(rng, head_align):
     got = grads.copy_to_host()
     np.testing.assert_allclose(relayout(got, shape, host), want, rtol=1e-3, atol=1e-5)
     assert (views(got, shape)["W3"][:, shape.head_width:] == 0).all()
+    assert (views(got, shape)["W1"][shape.obs_dim:] == 0).all()
+
+
+def test_the_padded_layout_changes_no_result(rng):
+    """The same weights and observations in the host layout and in the device layout (observations
+    23 -> 24 columns, so W1's rows; the head 50 -> 52): Q, log-probabilities and every gradient equal bit
+    for bit with the Numba GEMM, whose sums only gain exact zeros; within rounding with cuBLAS, which may
+    run another kernel for another width."""
+    pad = NetShape(obs_dim=23, hidden=16, atoms=5, align=4)
+    host = pad.host
+    rows = 9
+    params = init_params(host, seed=int(rng.integers(0, 1000)))
+    params += rng.normal(0, 0.05, params.size).astype(np.float32)
+    x = rng.normal(size=(rows, pad.obs_dim)).astype(np.float32)
+    dhead = rng.normal(size=(rows, host.head_width)).astype(np.float32)
+    device = Device()
+    gemm = make_gemm(device)
+    consts = (cuda.to_device(np.linspace(-1, 1, pad.atoms).astype(np.float32)),
+              cuda.to_device(np.array(pad.branch_sizes, np.int32)), cuda.to_device(np.array(pad.branch_offsets, np.int32)))
+    out = {}
+    for shape in (host, pad):
+        net = DeviceNetwork(device, gemm, shape, rows, *consts)
+        p_dev, x_dev = cuda.to_device(relayout(params, host, shape)), cuda.to_device(device_obs(x, shape))
+        d = np.zeros((rows, shape.head_cols), np.float32)
+        d[:, :shape.head_width] = dhead
+        grads = cuda.to_device(np.full(shape.n_params, np.nan, np.float32))
+        net.forward(p_dev, x_dev)
+        net.backward(p_dev, grads, x_dev, cuda.to_device(d))
+        device.synchronize()
+        out[shape.align] = (net.q.copy_to_host(), net.logp.copy_to_host(),
+                            relayout(grads.copy_to_host(), shape, host))
+    assert pad.obs_cols == 24 and pad.head_cols == 52
+    for name, a, b in zip(("q", "logp", "gradients"), out[1], out[4]):
+        if gemm.name == "numba":
+            assert np.array_equal(a, b), name
+        else:
+            np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5, err_msg=name)
 
 
 def test_relayout_round_trip_and_init_in_every_layout():
-    host = NetShape(obs_dim=7, hidden=8, atoms=3)  # head width 30 -> 32 columns at head_align 4
-    pad = NetShape(obs_dim=7, hidden=8, atoms=3, head_align=4)
-    assert pad.head_cols == 32 and pad.n_params == host.n_params + 8 * 2 + 2  # W3's rows and b3 padded
+    host = NetShape(obs_dim=7, hidden=8, atoms=3)  # at align 4: head width 30 -> 32 columns, inputs 7 -> 8
+    pad = NetShape(obs_dim=7, hidden=8, atoms=3, align=4)
+    assert pad.head_cols == 32 and pad.obs_cols == 8
+    assert pad.n_params == host.n_params + 8 + 8 * 2 + 2  # a row of W1, two columns of W3 and of b3
     p = init_params(host, seed=3)
     q = init_params(pad, seed=3)
     assert np.array_equal(relayout(q, pad, host), p)  # the same weights in either layout
     assert (views(q, pad)["W3"][:, 30:] == 0).all() and (views(q, pad)["b3"][30:] == 0).all()
+    assert (views(q, pad)["W1"][7:] == 0).all()
     q[-1] = 1.0  # b3's last padding entry: dropped in the host layout
     assert np.array_equal(relayout(q, pad, host), p)
     assert np.array_equal(relayout(relayout(p, host, pad), pad, host), p)
@@ -59,10 +100,10 @@ def test_an_acting_network_keeps_only_what_acting_reads(rng):
     gradient workspaces (at the reference shape the backtest chunk's network then holds about half the
     memory); their Q is the Q of a network that keeps everything, bit for bit, and asking one for a
     backward is refused."""
-    shape = NetShape(obs_dim=10, hidden=16, atoms=5, head_align=4)
+    shape = NetShape(obs_dim=10, hidden=16, atoms=5, align=4)
     rows = 6
     params = cuda.to_device(init_params(shape, seed=int(rng.integers(0, 1000))))
-    x = cuda.to_device(rng.normal(size=(rows, shape.obs_dim)).astype(np.float32))
+    x = cuda.to_device(device_obs(rng.normal(size=(rows, shape.obs_dim)).astype(np.float32), shape))
     device = Device()
     consts = (cuda.to_device(np.linspace(-1, 1, shape.atoms).astype(np.float32)),
               cuda.to_device(np.array(shape.branch_sizes, np.int32)), cuda.to_device(np.array(shape.branch_offsets, np.int32)))
@@ -84,10 +125,10 @@ def test_a_stacked_forward_equals_its_halves_alone(rng):
     """The update's online forward runs s over s' as one stack of 2B rows (row_range views give each half):
     each half equals a forward of those rows alone (bit for bit with the Numba GEMM, which computes every
     output from its own row; within rounding with cuBLAS, whose kernels depend on the row count)."""
-    shape = NetShape(obs_dim=10, hidden=16, atoms=5, head_align=4)
+    shape = NetShape(obs_dim=10, hidden=16, atoms=5, align=4)
     rows = 6
     params = cuda.to_device(init_params(shape, seed=int(rng.integers(0, 1000))))
-    x = rng.normal(size=(2 * rows, shape.obs_dim)).astype(np.float32)
+    x = device_obs(rng.normal(size=(2 * rows, shape.obs_dim)).astype(np.float32), shape)
     support = np.linspace(-1, 1, shape.atoms).astype(np.float32)
     device = Device()
     gemm = make_gemm(device)
@@ -112,14 +153,14 @@ def _reference_case(rng, obs_dim, hidden, atoms, rows):
     """A GPU test's network and inputs: (seed, shape, device, consts, params, x, dhead) with non-zero
     biases, a stacked batch of 2 x rows and the loss's gradient of the first rows (padding columns zero)."""
     seed = int(rng.integers(0, 2**31))
-    shape = NetShape(obs_dim=obs_dim, hidden=hidden, atoms=atoms, head_align=4)
+    shape = NetShape(obs_dim=obs_dim, hidden=hidden, atoms=atoms, align=4)
     device = Device()
     support = np.linspace(-1, 1, atoms).astype(np.float32)
     consts = (cuda.to_device(support), cuda.to_device(np.array(shape.branch_sizes, np.int32)),
               cuda.to_device(np.array(shape.branch_offsets, np.int32)))
     params = init_params(shape, seed=seed)
     params += relayout(rng.normal(0, 0.05, shape.host.n_params).astype(np.float32), shape.host, shape)
-    x = cuda.to_device(rng.normal(size=(2 * rows, obs_dim)).astype(np.float32))
+    x = cuda.to_device(device_obs(rng.normal(size=(2 * rows, obs_dim)).astype(np.float32), shape))
     dhead = np.zeros((rows, shape.head_cols), np.float32)
     dhead[:, :shape.head_width] = rng.normal(size=(rows, shape.head_width))
     return seed, shape, device, consts, cuda.to_device(params), x, dhead

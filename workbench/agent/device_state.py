@@ -26,9 +26,9 @@ from ..device import Device, HostSlot
 from .network import DeviceNetwork, NetShape, init_params
 from .window import N_POS, Window
 
-# the head layer's rows on the device: a multiple of 4 floats (16 bytes), so cuBLAS can use its
-# vectorised and tensor-core kernels (network.NetShape.head_cols)
-HEAD_ALIGN = 4
+# rows a GEMM reads or writes on the device (the observations', W3's and the head's): a multiple of 4 floats
+# (16 bytes), so cuBLAS can use its vectorised and tensor-core kernels (network.NetShape.obs_cols, head_cols)
+LAYOUT_ALIGN = 4
 # bytes of replay memory per transition: both stores, priority, owner, its share of the sub-tile totals and
 # of the prefix sum's levels
 BYTES_PER_TRANSITION = K_ro.N_INT * 4 + K_ro.N_FLOAT * 4 + 4 + 4 + 16 / K_scan.SUB
@@ -175,7 +175,7 @@ class Envs(NamedTuple):
     end: object           # int64 [N], episode end (exclusive)
     pos: object           # int32 [N], contracts held (-max_pos .. max_pos)
     done: object          # float32 [N], 1 where the env resets before its next step
-    obs: object           # float32 [N, obs_dim]
+    obs: object           # float32 [N, obs_cols] (padding zero)
     actions: object       # int32 [N, 3]
     joint: object         # int32 [N]
     reward: object        # float32 [N]
@@ -186,10 +186,10 @@ class Envs(NamedTuple):
     n: int
 
 
-def alloc_envs(mem: Mem, n: int, obs_dim: int, eps: float) -> Envs:
+def alloc_envs(mem: Mem, n: int, shape: NetShape, eps: float) -> Envs:
     eps_dev = mem.up(np.array([eps], np.float32))
     return Envs(t=mem.zeros(n, np.int64), end=mem.zeros(n, np.int64), pos=mem.zeros(n, np.int32),
-                done=mem.full(n, 1.0, np.float32), obs=mem.zeros((n, obs_dim), np.float32),
+                done=mem.full(n, 1.0, np.float32), obs=mem.zeros((n, shape.obs_cols), np.float32),
                 actions=mem.zeros((n, 3), np.int32), joint=mem.zeros(n, np.int32), reward=mem.zeros(n, np.float32),
                 pnl=mem.zeros(n, np.float64), eps=eps_dev, eps_slot=HostSlot(mem.device, eps_dev),
                 step=mem.zeros(1, np.int64), n=n)
@@ -227,7 +227,7 @@ class Batch(NamedTuple):
 
     idx: object           # int64 [B], replay slots
     isw: object           # float32 [B], importance weights (divided by their maximum)
-    obs_pair: object      # float32 [2B, obs_dim], s over s' (the online network's one stacked forward)
+    obs_pair: object      # float32 [2B, obs_cols], s over s' (the online network's one stacked forward; padding zero)
     actions: object       # int32 [B, 3]
     ret: object           # float32 [B], n-step return
     terminal: object      # float32 [B]
@@ -237,18 +237,18 @@ class Batch(NamedTuple):
 
     @property
     def obs(self):
-        """float32 [B, obs_dim], s (rows of ``obs_pair``)."""
+        """float32 [B, obs_cols], s (rows of ``obs_pair``)."""
         return self.obs_pair[:self.size]
 
     @property
     def obs_next(self):
-        """float32 [B, obs_dim], s'."""
+        """float32 [B, obs_cols], s'."""
         return self.obs_pair[self.size:]
 
 
 def alloc_batch(mem: Mem, shape: NetShape, size: int) -> Batch:
     return Batch(idx=mem.zeros(size, np.int64), isw=mem.zeros(size, np.float32),
-                 obs_pair=mem.zeros((2 * size, shape.obs_dim), np.float32),
+                 obs_pair=mem.zeros((2 * size, shape.obs_cols), np.float32),
                  actions=mem.zeros((size, 3), np.int32), ret=mem.zeros(size, np.float32),
                  terminal=mem.zeros(size, np.float32), dhead=mem.zeros((size, shape.head_cols), np.float32),
                  loss=mem.zeros(size, np.float32), size=size)
@@ -257,7 +257,7 @@ def alloc_batch(mem: Mem, shape: NetShape, size: int) -> Batch:
 class Backtest(NamedTuple):
     """The position-enumerated greedy backtest: Q for every (bar, position) in chunks of bars."""
 
-    obs: object           # float32 [chunk_bars * N_POS, obs_dim]
+    obs: object           # float32 [chunk_bars * N_POS, obs_cols] (padding zero)
     greedy: object        # int32 [T * N_POS, 3], the greedy action of every (bar, position)
     joint: object         # int32 [chunk_bars * N_POS]
     eps0: object          # float32 [1], 0 (greedy)
@@ -281,7 +281,7 @@ def backtest_chunk_bars(device: Device, w: Window) -> int:
 
 def alloc_backtest(mem: Mem, shape: NetShape, n_bars: int, chunk_bars: int) -> Backtest:
     rows = chunk_bars * N_POS
-    return Backtest(obs=mem.zeros((rows, shape.obs_dim), np.float32), greedy=mem.zeros((n_bars * N_POS, 3), np.int32),
+    return Backtest(obs=mem.zeros((rows, shape.obs_cols), np.float32), greedy=mem.zeros((n_bars * N_POS, 3), np.int32),
                     joint=mem.zeros(rows, np.int32), eps0=mem.zeros(1, np.float32), zero_step=mem.zeros(1, np.int64),
                     position=mem.zeros(n_bars, np.int32), pnl=mem.zeros(n_bars, np.float64),
                     val_stats=mem.zeros(K_ro.VAL_STATS, np.float64), chunk_bars=chunk_bars)
@@ -341,14 +341,14 @@ def alloc_state(device: Device, gemm, profile, cfg, w: Window, seed: int, norm_b
     """Allocate and upload a fold's whole device state, every buffer at its starting value; ``window``: the
     fold's bars already on the device (another agent's upload of the same window: kernels only read them)."""
     mem = Mem(device)
-    shape = NetShape(obs_dim=w.n_features + N_POS, hidden=profile.hidden, atoms=profile.atoms, head_align=HEAD_ALIGN)
+    shape = NetShape(obs_dim=w.n_features + N_POS, hidden=profile.hidden, atoms=profile.atoms, align=LAYOUT_ALIGN)
     learner = alloc_learner(mem, shape, cfg, seed, norm_blocks)
     n_new = profile.n_envs * cfg.rollout_steps
     chunk = backtest_chunk_bars(device, w)
     return DeviceState(
         window=window if window is not None else upload_window(mem, w), learner=learner,
         replay=alloc_replay(mem, replay_capacity(device, cfg.replay_capacity, profile.replay_vram_fraction, n_new)),
-        envs=alloc_envs(mem, profile.n_envs, shape.obs_dim, cfg.eps_start),
+        envs=alloc_envs(mem, profile.n_envs, shape, cfg.eps_start),
         rollout=alloc_rollout(mem, profile.n_envs, cfg.rollout_steps, cfg.n_step),
         batch=alloc_batch(mem, shape, profile.batch), backtest=alloc_backtest(mem, shape, w.n_bars, chunk),
         nets=alloc_networks(device, gemm, shape, learner, profile.n_envs, profile.batch, chunk * N_POS,

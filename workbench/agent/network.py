@@ -6,15 +6,18 @@ one flat buffer (``W1, b1, W2, b2, W3, b3`` in that order, row-major ``W[in, out
 gradient norm and the EMA target update are one launch each; gradients share the layout.
 
 The host layout (weights.npy, the CPU backend, :func:`init_params`) is exactly that. The GPU keeps
-``W3``'s rows, and the head's activations and gradients, ``head_align`` columns wide at least
-(:attr:`NetShape.head_cols`: 510 -> 512 at the reference shape), the extra columns zero: rows of 510
-floats are not 16-byte aligned, and cuBLAS then runs the head's GEMMs without its vectorised and
-tensor-core kernels (TF32 1024 x 512 x 510: 21 us against 7.6 us at 512 wide, measured on the H200).
+rows of ``align`` floats at least wherever a GEMM reads or writes them: ``W3``'s rows, and the head's
+activations and gradients (:attr:`NetShape.head_cols`: 510 -> 512 at the reference shape), and the
+observations' rows, so ``W1``'s rows (:attr:`NetShape.obs_cols`: 23 -> 24), the extra columns zero:
+rows of 510 floats are not 16-byte aligned, and cuBLAS then runs the head's GEMMs without its vectorised
+and tensor-core kernels (TF32 1024 x 512 x 510: 21 us against 7.6 us at 512 wide, measured on the
+H200); the 23-wide input ran the first layer's GEMMs in another, slower kernel family (BENCHMARKS.md).
 ``b3`` is padded alike, so the head GEMM adds the head's bias in its epilogue (a bias of the GEMM's
-width) and the dueling head and the loss read one array. The padding columns stay exactly zero (their
-gradients are sums of zeros; Adam, weight decay and the EMA keep a zero zero), so they change no result
-but the order in which cuBLAS adds. :func:`relayout`
-converts between the two layouts.
+width) and the dueling head and the loss read one array. The observation's padding column is written
+zero once, when its buffer is allocated, and never again (the kernels that fill observations write their
+``obs_dim`` columns). The padding stays exactly zero (its gradients are sums of zeros, or products with a
+zero input; Adam, weight decay and the EMA keep a zero zero), so it changes no result but the order in
+which cuBLAS adds. :func:`relayout` converts between the two layouts.
 
 :class:`DeviceNetwork` enqueues forward and backward on the device's stream with preallocated
 activations (nothing allocates after construction, so it can be captured into a graph).
@@ -39,7 +42,8 @@ class NetShape:
     hidden: int
     atoms: int
     branch_sizes: tuple[int, ...] = (3, 3, 3)
-    head_align: int = 1  # W3's rows (and the head's activations) padded to a multiple of this many columns
+    align: int = 1  # the device layout: the observations' columns (so W1's rows) and W3's and the head's columns
+    #                 padded to a multiple of this many floats (module docstring); 1, the host layout
 
     @property
     def n_actions(self) -> int:
@@ -52,21 +56,25 @@ class NetShape:
     @property
     def head_cols(self) -> int:
         """Columns of W3 and of the head's activations in this layout (``head_width`` rounded up)."""
-        a = self.head_align
-        return (self.head_width + a - 1) // a * a
+        return _round_up(self.head_width, self.align)
+
+    @property
+    def obs_cols(self) -> int:
+        """Columns of the observations and rows of W1 in this layout (``obs_dim`` rounded up)."""
+        return _round_up(self.obs_dim, self.align)
 
     @property
     def host(self) -> "NetShape":
         """This network in the host layout (no padding)."""
-        return replace(self, head_align=1)
+        return replace(self, align=1)
 
     @property
     def branch_offsets(self) -> tuple[int, ...]:
         return tuple(int(x) for x in np.concatenate([[0], np.cumsum(self.branch_sizes)[:-1]]))
 
     def layout(self) -> list[tuple[str, tuple[int, ...]]]:
-        D, H, W = self.obs_dim, self.hidden, self.head_width
-        return [("W1", (D, H)), ("b1", (H,)), ("W2", (H, H)), ("b2", (H,)), ("W3", (H, self.head_cols)),
+        H = self.hidden
+        return [("W1", (self.obs_cols, H)), ("b1", (H,)), ("W2", (H, H)), ("b2", (H,)), ("W3", (H, self.head_cols)),
                 ("b3", (self.head_cols,))]
 
     def offsets(self) -> dict[str, tuple[int, int, tuple[int, ...]]]:
@@ -98,7 +106,7 @@ def init_params(shape: NetShape, seed: int) -> np.ndarray:
 
 def relayout(flat: np.ndarray, src: NetShape, dst: NetShape) -> np.ndarray:
     """Host parameters (or gradients) of layout ``src`` in layout ``dst`` (the same network, another
-    ``head_align``): each named block copied, W3's padding columns zero."""
+    ``align``): each named block copied, W1's padding rows and W3's padding columns zero."""
     if src == dst:
         return flat
     out = np.zeros(dst.n_params, flat.dtype)
@@ -109,9 +117,20 @@ def relayout(flat: np.ndarray, src: NetShape, dst: NetShape) -> np.ndarray:
             w = min(len(block), len(target))  # b3: padded as W3's columns
             target[:w] = block[:w]
         else:
-            w = min(block.shape[1], target.shape[1])
-            target[:, :w] = block[:, :w]
+            h, w = min(block.shape[0], target.shape[0]), min(block.shape[1], target.shape[1])
+            target[:h, :w] = block[:h, :w]
     return out
+
+
+def device_obs(x: np.ndarray, shape: NetShape) -> np.ndarray:
+    """Host observations ``[rows, obs_dim]`` in ``shape``'s layout: ``[rows, obs_cols]``, the padding zero."""
+    out = np.zeros((x.shape[0], shape.obs_cols), x.dtype)
+    out[:, :shape.obs_dim] = x
+    return out
+
+
+def _round_up(n: int, a: int) -> int:
+    return (n + a - 1) // a * a
 
 
 def views(flat, shape: NetShape) -> dict:
@@ -228,7 +247,7 @@ class DeviceNetwork:
         return v
 
     def forward(self, params_flat, x, head: bool = True) -> None:
-        """x: float32 [rows, obs_dim]; fills h1, h2, head (its bias added) and, with ``head``, q and logp where
+        """x: float32 [rows, obs_cols] (its padding columns zero); fills h1, h2, head (its bias added) and, with ``head``, q and logp where
         kept (the dueling head; a training update leaves it to its loss, ``c51.c51_head_loss_kernel``)."""
         run_steps(self.forward_steps(params_flat, x, head))
 
