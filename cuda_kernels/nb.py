@@ -20,7 +20,7 @@ import os
 from pathlib import Path
 
 from numba import cuda, njit, prange  # noqa: F401  (re-exported)
-from numba import float32, float64, int32, int64, uint32, uint64, int8, boolean, void  # noqa: F401
+from numba import float32, float64, int32, int64, uint16, uint32, uint64, int8, boolean, void  # noqa: F401
 
 SIMULATOR = os.environ.get("NUMBA_ENABLE_CUDASIM", "0") == "1"
 U = uint64  # cast an index known to be >= 0: Numba adds no wraparound select (three 64-bit operations) for it

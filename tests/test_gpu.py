@@ -9,7 +9,7 @@ import pytest
 
 from numba import cuda
 
-from cuda_kernels import c51, dense, optim
+from cuda_kernels import bf16, c51, dense, optim
 from workbench.cublas import Cublas
 from workbench.device import Device, HostSlot, Readback
 
@@ -57,6 +57,50 @@ def test_tf32_accuracy_is_reported_not_assumed(rng, device):
     device.synchronize()
     err = _rel(dC.copy_to_host(), A.astype(np.float64) @ B)
     assert 1e-6 < err < 3e-3  # tensor-core TF32: about 3e-4 expected, never fp32-exact
+
+
+@pytest.mark.parametrize("M,N,K,ta,tb", [(2048, 512, 512, 0, 0), (1024, 512, 512, 0, 1), (512, 512, 1024, 1, 0),
+                                         (2048, 512, 24, 0, 0)])
+def test_bf16_operands_through_cublaslt(rng, device, blas, M, N, K, ta, tb):
+    """bfloat16 operands in memory (converted on the device by ``to_bf16_kernel``) through cuBLASLt, the
+    update's GEMM shapes: the product equals the float64 product of the bf16-rounded inputs to float32
+    accumulation's error, so the whole of bf16's error is the inputs' rounding (reported against the exact
+    product: ~1e-3); a trunk layer's forward (bias + ReLU, its ReLU bit mask) with a bfloat16 output is
+    that product's bias + ReLU rounded once to bfloat16, and its mask says which outputs are positive."""
+    if blas.lt is None:
+        pytest.skip(f"cuBLASLt unavailable: {blas.lt_error}")
+    A = rng.normal(size=(K, M) if ta else (M, K)).astype(np.float32)
+    B = rng.normal(size=(N, K) if tb else (K, N)).astype(np.float32)
+    bias = rng.normal(size=N).astype(np.float32)
+    st = device.stream
+
+    def to16(x):
+        out = cuda.to_device(np.full(x.shape, 0x7FC0, np.uint16), stream=st)  # poisoned: NaN bits
+        bf16.to_bf16_kernel[64, 256, st](cuda.to_device(x.ravel(), stream=st), out.reshape(x.size), x.size)
+        return out
+
+    A16, B16 = to16(A), to16(B)
+    rounded = lambda x: bf16.from_bf16_ref(bf16.to_bf16_ref(x)).astype(np.float64)  # noqa: E731
+    op = lambda x, t: x.T if t else x  # noqa: E731
+    ref = op(rounded(A), ta) @ op(rounded(B), tb)
+    exact = op(A.astype(np.float64), ta) @ op(B.astype(np.float64), tb)
+    C = cuda.to_device(np.full((M, N), np.nan, np.float32), stream=st)
+    blas.lt.matmul(A16, B16, C, ta, tb, "plain", None)
+    device.synchronize()
+    got = C.copy_to_host()
+    assert _rel(got, ref) < 1e-5 * max(1.0, np.sqrt(K / 512))
+    assert 1e-4 < _rel(got, exact) < 1e-2  # bf16 inputs: ~2^-9 relative each
+    if ta:
+        return  # a weight gradient: no epilogue
+    H = cuda.to_device(np.full((M, N), 0x7FC0, np.uint16), stream=st)
+    mask = cuda.to_device(np.full((M, (N + 127) // 128 * 16), 0xAB, np.uint8), stream=st)
+    blas.lt.matmul(A16, B16, H, ta, tb, "relu_bias", cuda.to_device(bias, stream=st), mask)
+    device.synchronize()
+    want = np.maximum(ref + bias, 0.0)
+    h = bf16.from_bf16_ref(H.copy_to_host()).astype(np.float64)
+    assert np.all(np.abs(h - want) <= 2.0**-8 * np.abs(want) + 1e-6)  # one bf16 rounding (of float32's result)
+    # N = 512 fills each row's mask (no padding bits): its bits set are the row's positive outputs
+    assert np.array_equal(np.unpackbits(mask.copy_to_host(), axis=1).sum(axis=1), (h > 0).sum(axis=1))
 
 
 def test_graph_with_cublas_and_numba_equals_eager(rng, device, blas):

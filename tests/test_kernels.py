@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from numba import cuda
 
-from cuda_kernels import actions, c51, dense, optim, per, philox, scan
+from cuda_kernels import actions, bf16, c51, dense, optim, per, philox, scan
 from cuda_kernels.nb import SIMULATOR
 
 from conftest import ROOT
@@ -28,6 +28,51 @@ def dev(x):
 def poisoned(shape, dtype=np.float32):
     fill = np.nan if np.issubdtype(dtype, np.floating) else np.iinfo(dtype).max // 3
     return cuda.to_device(np.full(shape, fill, dtype=dtype))
+
+
+# ---- bfloat16 ----
+
+def _nearest_bf16(x: np.ndarray) -> np.ndarray:
+    """An oracle apart from the reference's bit arithmetic: each finite float32's two bfloat16 neighbours
+    (its bits truncated, and the next bfloat16 away from zero), the nearer by float64 distance, a tie to
+    the one whose last bit is 0; past the largest finite bfloat16 the next one is infinity, which IEEE
+    rounding places at 2^128."""
+    u = x.view(np.uint32)
+    lo = (u >> 16).astype(np.uint16)
+    hi = lo + np.uint16(1)
+    mag = lambda h: np.where((h & 0x7FFF) == 0x7F80, 2.0**128,  # noqa: E731
+                             np.abs(bf16.from_bf16_ref(h).astype(np.float64)))
+    d_lo, d_hi = np.abs(np.abs(x.astype(np.float64)) - mag(lo)), np.abs(mag(hi) - np.abs(x.astype(np.float64)))
+    return np.where((d_hi < d_lo) | ((d_hi == d_lo) & (lo & 1 == 1)), hi, lo)
+
+
+def test_bf16_rounding_reference_and_kernel(rng):
+    """float32 -> bfloat16: the reference against the nearest-neighbour oracle, then the kernel against
+    the reference (output poisoned) on random bit patterns of every exponent, exact ties, values at the
+    overflow edge, subnormals, signed zeros, infinities and NaNs; and bfloat16 -> float32 is exact."""
+    bits = rng.integers(0, 2**32, 4000, dtype=np.uint64).astype(np.uint32)
+    ties = (rng.integers(0, 2**16, 500, dtype=np.uint64).astype(np.uint32) << 16) | np.uint32(0x8000)
+    edge = np.array([0x7F7F7FFF, 0x7F7F8000, 0x7F7F8001, 0x7F7FFFFF, 0xFF7F8000, 0x00000001, 0x00008000,
+                     0x80018000, 0x00000000, 0x80000000, 0x7F800000, 0xFF800000, 0x7FC00000, 0xFF800001,
+                     0x7F800001, 0x3F808000, 0x3F818000], np.uint32)
+    x = np.concatenate([bits, ties, edge]).view(np.float32)
+    want = bf16.to_bf16_ref(x)
+    finite = np.isfinite(x)
+    assert np.array_equal(want[finite], _nearest_bf16(x[finite]))
+    assert np.array_equal(want[np.isinf(x)], (x[np.isinf(x)].view(np.uint32) >> 16).astype(np.uint16))
+    nan = np.isnan(x)
+    assert np.isnan(bf16.from_bf16_ref(want[nan])).all()
+    assert np.array_equal(want[nan] >> 15, (x[nan].view(np.uint32) >> 31).astype(np.uint16))  # sign kept
+    assert bf16.to_bf16_ref(np.float32([1 + 2**-8, 1 + 3 * 2**-8])).tolist() == [0x3F80, 0x3F82]  # ties to even
+    out = poisoned(x.size, np.uint16)
+    bf16.to_bf16_kernel[4, 32](dev(x), out, x.size)
+    assert np.array_equal(out.copy_to_host(), want)
+    back = bf16.from_bf16_ref(want)
+    got = poisoned(x.size)
+    bf16.from_bf16_kernel[4, 32](out, got, x.size)
+    assert np.array_equal(got.copy_to_host().view(np.uint32), back.view(np.uint32))  # NaNs' bits too
+    assert np.array_equal(bf16.to_bf16_ref(back[~nan]), want[~nan])  # bfloat16 values convert back exactly
+    assert not (back.view(np.uint32) & 0xFFFF).any()  # a bfloat16 is a float32 with a zero lower half
 
 
 # ---- Philox ----

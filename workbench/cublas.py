@@ -10,7 +10,9 @@ There is no bf16 mode: asked for bf16 arithmetic on float32 matrices (``cublasGe
 ``CUBLAS_COMPUTE_32F_FAST_16BF``), cuBLAS ran TF32 kernels on the H200 (2026-12-05: a 512x384x256 GEMM's
 error 2.9e-4, TF32's, where rounding the inputs to bfloat16 gives ~1.3e-3; 300 updates bit for bit
 TF32's), so bf16 tensor cores need bfloat16 operands in memory (weights, activations and gradients
-copied to bfloat16), which is not built.
+copied to bfloat16). The pieces so far: :mod:`cuda_kernels.bf16` (float32 <-> bfloat16 on the device)
+and :meth:`workbench.cublaslt.CublasLt.matmul` on bfloat16 operands; the trainer keeps no bfloat16
+copies yet.
 """
 from __future__ import annotations
 

@@ -37,12 +37,15 @@ import numpy as np
 from .device import Device, DeviceError, device_pointer
 
 R32F = 0  # cudaDataType CUDA_R_32F
+R16BF = 14  # cudaDataType CUDA_R_16BF
+# a matrix's cudaDataType by its array's dtype: uint16 arrays hold bfloat16 bits (cuda_kernels.bf16)
+DATA_TYPES = {np.dtype(np.float32): R32F, np.dtype(np.uint16): R16BF}
 RELU_BIAS, BIAS, DRELU_BGRAD, PLAIN = "relu_bias", "bias", "drelu_bgrad", "plain"
 
 
 # Output tile area that sm_target counts an SM for: cuBLASLt's large TF32 tiles are 128 x 256, its fp32
 # (SIMT) ones 128 x 128.
-TILE_AREA = {"tf32": 128 * 256, "fp32": 128 * 128}
+TILE_AREA = {"tf32": 128 * 256, "bf16": 128 * 256, "fp32": 128 * 128}
 
 
 def sm_target(M: int, N: int, sms: int, math: str) -> int:
@@ -95,9 +98,12 @@ class CublasLt:
         buf = np.array([value], dtype=dtype_of(attr))
         setter(obj, attr, buf.ctypes.data, buf.nbytes)
 
-    def _plan(self, key, M: int, N: int, K: int, ta: int, tb: int, kind: str, bias, mask, target: int):
+    def _plan(self, key, M: int, N: int, K: int, ta: int, tb: int, kind: str, bias, mask, target: int,
+              ab: int = R32F, c: int = R32F):
         L = self.L
-        desc = L.matmul_desc_create(self.compute[self.math], R32F)
+        # bfloat16 operands: tensor cores with float32 accumulation (COMPUTE_32F; the fast-TF32 mode is
+        # for float32 operands)
+        desc = L.matmul_desc_create(self.compute["fp32" if ab == R16BF else self.math], R32F)
         A = L.MatmulDescAttribute
         dset = lambda attr, v: self._set(L.matmul_desc_set_attribute, L.get_matmul_desc_attribute_dtype,  # noqa: E731
                                          desc, attr, v)
@@ -116,18 +122,20 @@ class CublasLt:
         dset(A.EPILOGUE, int(epi))
         if bias is not None:
             dset(A.BIAS_POINTER, device_pointer(bias))
+            if c != R32F:  # a float32 bias beside a bfloat16 output (the default is the output's type)
+                dset(A.BIAS_DATA_TYPE, R32F)
         if target:
             dset(A.SM_COUNT_TARGET, int(target))
         if mask is not None:
             dset(A.EPILOGUE_AUX_POINTER, device_pointer(mask))
             dset(A.EPILOGUE_AUX_LD, mask_ld(N))
-        lay_a = L.matrix_layout_create(R32F, *((K, N, K) if tb else (N, K, N)))
-        lay_b = L.matrix_layout_create(R32F, *((M, K, M) if ta else (K, M, K)))
-        lay_c = L.matrix_layout_create(R32F, N, M, N)
+        lay_a = L.matrix_layout_create(ab, *((K, N, K) if tb else (N, K, N)))
+        lay_b = L.matrix_layout_create(ab, *((M, K, M) if ta else (K, M, K)))
+        lay_c = L.matrix_layout_create(c, N, M, N)
         # the heuristic's choice depends on the problem, not on the buffers (it assumes the default 256-byte
         # alignment of every pointer): asked once per process for each problem, whatever the agent
         problem = (self.device.info.name, self.math, M, N, K, int(ta), int(tb), int(epi), bias is not None,
-                   mask is not None, int(target), int(self.workspace.size))
+                   mask is not None, int(target), int(self.workspace.size), ab, c)
         results = _HEURISTICS.get(problem)
         if results is None:
             results = L.MatmulHeuristicResult(1)
@@ -141,8 +149,9 @@ class CublasLt:
             else:
                 why = "the heuristic returned none"
             if count[0] < 1:
+                maths = "bf16 operands" if ab == R16BF else self.math
                 raise EpilogueUnavailable(f"cuBLASLt offers no {epi.name} algorithm for {M}x{N}x{K} "
-                                          f"(trans {ta}{tb}, {self.math}, SM target {target}): {why}",
+                                          f"(trans {ta}{tb}, {maths}, SM target {target}): {why}",
                                           "set gpu.fused_epilogues = 'off'" if kind != PLAIN
                                           else "set gpu.sm_share = 'off'")
             _HEURISTICS[problem] = results
@@ -152,17 +161,25 @@ class CublasLt:
 
     def matmul(self, A, B, C, ta: int, tb: int, kind: str, bias, mask=None, target: int = 0) -> None:
         """Row-major ``C = op(A) @ op(B)`` with the epilogue ``kind`` (``bias`` None for ``plain``), its
-        algorithm chosen for ``target`` SMs (0: every SM), on the stream (module docstring)."""
+        algorithm chosen for ``target`` SMs (0: every SM), on the stream (module docstring). A and B are
+        float32, or both bfloat16 (``uint16`` arrays of :mod:`cuda_kernels.bf16` bits: bf16 tensor cores,
+        float32 accumulation); C float32 or bfloat16 (rounded once, from the float32 result and its
+        epilogue); ``bias`` float32 either way."""
         M, N = C.shape
         K = A.shape[0] if ta else A.shape[1]
         for m in (A, B, C):
-            if m.strides != (4 * m.shape[1], 4):
-                raise ValueError("cuBLASLt GEMMs here take contiguous row-major float32 matrices")
+            item = m.dtype.itemsize
+            if m.dtype not in DATA_TYPES or m.strides != (item * m.shape[1], item):
+                raise ValueError("cuBLASLt GEMMs here take contiguous row-major float32 or bfloat16 (uint16) "
+                                 "matrices")
+        if A.dtype != B.dtype:
+            raise ValueError(f"a GEMM's operands have one type: got {A.dtype} and {B.dtype}")
+        ab, c = DATA_TYPES[A.dtype], DATA_TYPES[C.dtype]
         ptrs = (device_pointer(A), device_pointer(B), device_pointer(C),
                 device_pointer(bias) if bias is not None else 0, device_pointer(mask) if mask is not None else 0)
-        key = (self.math, M, N, K, int(ta), int(tb), kind, int(target)) + ptrs
+        key = (self.math, M, N, K, int(ta), int(tb), kind, int(target), ab, c) + ptrs
         desc, lay_a, lay_b, lay_c, results = (self.plans.get(key)
-                                              or self._plan(key, M, N, K, ta, tb, kind, bias, mask, target))
+                                              or self._plan(key, M, N, K, ta, tb, kind, bias, mask, target, ab, c))
         self.L.matmul(self.handle, desc, self.alpha.ctypes.data, ptrs[1], lay_a, ptrs[0], lay_b, self.beta.ctypes.data,
                       ptrs[2], lay_c, ptrs[2], lay_c, results.ptr, device_pointer(self.workspace),
                       int(self.workspace.size), int(self.device.raw_stream))
