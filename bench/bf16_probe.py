@@ -33,7 +33,13 @@ UPDATE = (("online first layer 23->512 (s and s')", 2048, 512, 23, 0, 0, True),
           ("d2 = dhead W3^T", 1024, 512, 512, 0, 1, True),
           ("W2 gradient h1^T d2", 512, 512, 1024, 1, 0, False),
           ("d1 = d2 W2^T", 1024, 512, 512, 0, 1, True),
-          ("W1 gradient x^T d1", 23, 512, 1024, 1, 0, False))
+          ("W1 gradient x^T d1", 23, 512, 1024, 1, 0, False),
+          # the observations padded to 24 columns (network.NetShape.obs_cols): the same three GEMMs
+          ("online first layer, 24 wide", 2048, 512, 24, 0, 0, True),
+          ("target first layer, 24 wide", 1024, 512, 24, 0, 0, True),
+          ("W1 gradient, 24 rows", 24, 512, 1024, 1, 0, False))
+UNPADDED = ("online first layer 23->512 (s and s')", "target first layer", "W1 gradient x^T d1")
+PADDED = ("online first layer, 24 wide", "target first layer, 24 wide", "W1 gradient, 24 rows")
 
 
 def main() -> None:
@@ -47,6 +53,7 @@ def main() -> None:
     out = {"device": torch.cuda.get_device_name(), "lanes": P, "torch": torch.__version__, "rows": []}
     print(f"{out['device']}, {P} lanes; us per GEMM per agent (alone | {P} lanes side by side)")
     total = {"tf32": 0.0, "bf16": 0.0}
+    first = {"23": {"tf32": 0.0, "bf16": 0.0}, "24": {"tf32": 0.0, "bf16": 0.0}}
     for name, M, N, K, ta, tb, trunk in UPDATE:
         shape_a, shape_b = ((K, M) if ta else (M, K)), ((N, K) if tb else (K, N))
         A32 = [torch.randn(shape_a, device="cuda") for _ in range(P)]
@@ -76,12 +83,19 @@ def main() -> None:
             torch.cuda.synchronize()
             err = float((C[0].double() - ref).norm() / ref.norm())
             row[math] = {"alone_us": alone, "per_agent_us": many, "rel_err_vs_float64": err}
-            total[math] += many
+            if name not in PADDED:  # the update as it was measured before the padding
+                total[math] += many
+            for width, names in (("23", UNPADDED), ("24", PADDED)):
+                if name in names:
+                    first[width][math] += many
         out["rows"].append(row)
         print(f"{name:40s} tf32 {row['tf32']['alone_us']:6.2f} | {row['tf32']['per_agent_us']:6.2f} us "
               f"(err {row['tf32']['rel_err_vs_float64']:.1e});  bf16 {row['bf16']['alone_us']:6.2f} | "
               f"{row['bf16']['per_agent_us']:6.2f} us (err {row['bf16']['rel_err_vs_float64']:.1e})")
     out["update_gemms_per_agent_us"] = total
+    out["first_layer_gemms_per_agent_us"] = first
+    print(f"the first layer's three GEMMs per agent, 23 -> 24 wide: tf32 {first['23']['tf32']:.2f} -> "
+          f"{first['24']['tf32']:.2f} us, bf16 {first['23']['bf16']:.2f} -> {first['24']['bf16']:.2f} us")
     print(f"an update's GEMMs per agent with {P} lanes: tf32 {total['tf32']:.1f} us, bf16 {total['bf16']:.1f} us "
           f"({total['tf32'] / max(total['bf16'], 1e-9):.2f}x)")
     if args.json:
