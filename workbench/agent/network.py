@@ -11,7 +11,8 @@ activations and gradients (:attr:`NetShape.head_cols`: 510 -> 512 at the referen
 observations' rows, so ``W1``'s rows (:attr:`NetShape.obs_cols`: 23 -> 24), the extra columns zero:
 rows of 510 floats are not 16-byte aligned, and cuBLAS then runs the head's GEMMs without its vectorised
 and tensor-core kernels (TF32 1024 x 512 x 510: 21 us against 7.6 us at 512 wide, measured on the
-H200); the 23-wide input ran the first layer's GEMMs in another, slower kernel family (BENCHMARKS.md).
+H200); with 23-wide observations the first layer's GEMMs ran another kernel family, at ~20 TFLOP/s
+where the 512-wide GEMMs ran at ~200 (H100, 16 agents, TF32: BENCHMARKS.md; 24 wide not yet measured).
 ``b3`` is padded alike, so the head GEMM adds the head's bias in its epilogue (a bias of the GEMM's
 width) and the dueling head and the loss read one array. The observation's padding column is written
 zero once, when its buffer is allocated, and never again (the kernels that fill observations write their
