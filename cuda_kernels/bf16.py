@@ -8,8 +8,9 @@ round like any other value (bfloat16 has float32's exponent range), and a NaN st
 its sign kept). :func:`from_bf16` is exact. Both are device functions for kernels that write or read
 bfloat16 operands; :func:`to_bf16_ref` and :func:`from_bf16_ref` are their NumPy references.
 
-Nothing in the trainer uses them yet: they are the first piece of bf16 GEMM operands in memory, which
-cuBLAS needs before it runs bf16 tensor cores (``workbench/cublas.py`` says why).
+They are the first pieces of bf16 GEMM operands in memory, which cuBLAS needs before it runs bf16 tensor
+cores (``workbench/cublas.py`` says why); :mod:`cuda_kernels.dense` has the simulator's GEMM on bf16
+operands and a bf16 layer's unfused epilogues. Nothing in the trainer uses them yet.
 """
 from __future__ import annotations
 

@@ -392,6 +392,58 @@ def test_gemm_transposes_and_beta(rng, ta, tb):
     np.testing.assert_allclose(P.copy_to_host(), dense.gemm_ref(A, B, C0, ta, tb, 1.0, 0.0), rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("ta,tb", [(0, 0), (1, 0), (0, 1)])
+def test_gemm_on_bf16_operands(rng, ta, tb):
+    """The Numba GEMM on bfloat16 operands (uint16 bits) equals the float32 GEMM of the same values widened
+    (each bfloat16 is a float32 exactly), so the float64 product of the rounded inputs to float32's error;
+    the same GEMM on float32 operands from the same register tiles."""
+    M, N, K = 70, 9, 37
+    A = rng.normal(size=(K, M) if ta else (M, K)).astype(np.float32)
+    B = rng.normal(size=(N, K) if tb else (K, N)).astype(np.float32)
+    A16, B16 = bf16.to_bf16_ref(A), bf16.to_bf16_ref(B)
+    wide_a, wide_b = bf16.from_bf16_ref(A16), bf16.from_bf16_ref(B16)
+    zero = np.zeros((M, N), np.float32)
+    P = poisoned((M, N))
+    dense.gemm_bf16_kernel[dense.gemm_grid(M, N), dense.THREADS](dev(A16), dev(B16), P, M, N, K, ta, tb, 1.0, 0.0)
+    got = P.copy_to_host()
+    np.testing.assert_allclose(got, dense.gemm_ref(wide_a, wide_b, zero, ta, tb, 1.0, 0.0), rtol=1e-4, atol=1e-4)
+    Q = poisoned((M, N))
+    dense.gemm_kernel[dense.gemm_grid(M, N), dense.THREADS](dev(wide_a), dev(wide_b), Q, M, N, K, ta, tb, 1.0, 0.0)
+    assert np.array_equal(got, Q.copy_to_host())  # the same sums in the same order
+    assert not np.allclose(got, dense.gemm_ref(A, B, zero, ta, tb, 1.0, 0.0), rtol=1e-4, atol=1e-4)  # bf16 inputs
+
+
+def test_bias_relu_to_bf16_and_backward_from_bf16(rng):
+    """A bf16 layer's unfused epilogues: bias + ReLU of a float32 GEMM output written as bfloat16 (one
+    rounding, of the float32 result: the reference's bits exactly), and the backward reading those
+    bfloat16 activations for the ReLU's gradient, which then equals the float32 kernel's on the same
+    values widened bit for bit (dY in place and the bias gradient), zeros and negatives included."""
+    M, N = 45, 21
+    Y0 = rng.normal(size=(M, N)).astype(np.float32)
+    Y0[rng.random((M, N)) < 0.1] = 0.0
+    b = rng.normal(size=N).astype(np.float32)
+    out = poisoned((M, N), np.uint16)
+    grid, tpb = dense.bias_act_launch(M, N, SIMULATOR)
+    dense.bias_act_bf16_kernel[grid, tpb](dev(Y0), dev(b), out, M, N, dense.ACT_RELU)
+    h16 = out.copy_to_host()
+    assert np.array_equal(h16, bf16.to_bf16_ref(np.maximum(Y0 + b, np.float32(0))))
+    wide = bf16.from_bf16_ref(h16)
+    grid, block = dense.bias_backward_launch(N, SIMULATOR)
+    arrivals = dev(np.zeros(grid[0], np.int32))
+    dY0 = rng.normal(size=(M, N)).astype(np.float32)
+    got = {}
+    for name, k, y in (("bf16", dense.bias_act_backward_bf16_kernel, dev(h16)),
+                       ("fp32", dense.bias_act_backward_kernel, dev(wide))):
+        dY, db, partial = dev(dY0), poisoned(N), poisoned((grid[1], N))
+        k[grid, block](dY, y, db, M, N, dense.ACT_RELU, partial, arrivals)
+        got[name] = (dY.copy_to_host(), db.copy_to_host())
+    want_d, want_db = dense.bias_act_backward_ref(dY0, wide, dense.ACT_RELU)
+    np.testing.assert_allclose(got["bf16"][0], want_d, rtol=1e-6)
+    np.testing.assert_allclose(got["bf16"][1], want_db, rtol=1e-5, atol=1e-6)
+    for a, c in zip(got["bf16"], got["fp32"]):
+        assert np.array_equal(a, c)
+
+
 @pytest.mark.parametrize("bwd_launch", [None, ((4, 16), 2), ((8, 2), 5)])  # the launch's own; other shapes
 def test_bias_relu_and_backward(rng, bwd_launch):
     """Bias + ReLU, and its backward: the ReLU's gradient in place and the bias gradient, summed over row
