@@ -90,6 +90,10 @@ def test_bf16_operands_through_cublaslt(rng, device, blas, M, N, K, ta, tb):
     got = C.copy_to_host()
     assert _rel(got, ref) < 1e-5 * max(1.0, np.sqrt(K / 512))
     assert 1e-4 < _rel(got, exact) < 1e-2  # bf16 inputs: ~2^-9 relative each
+    C2 = cuda.to_device(np.full((M, N), np.nan, np.float32), stream=st)
+    blas.gemm(A16, B16, C2, ta, tb)  # the backend's contract: bfloat16 operands go through cuBLASLt
+    device.synchronize()
+    assert np.array_equal(C2.copy_to_host(), got)
     if ta:
         return  # a weight gradient: no epilogue
     H = cuda.to_device(np.full((M, N), 0x7FC0, np.uint16), stream=st)

@@ -411,6 +411,13 @@ def test_gemm_on_bf16_operands(rng, ta, tb):
     dense.gemm_kernel[dense.gemm_grid(M, N), dense.THREADS](dev(wide_a), dev(wide_b), Q, M, N, K, ta, tb, 1.0, 0.0)
     assert np.array_equal(got, Q.copy_to_host())  # the same sums in the same order
     assert not np.allclose(got, dense.gemm_ref(A, B, zero, ta, tb, 1.0, 0.0), rtol=1e-4, atol=1e-4)  # bf16 inputs
+    if (ta, tb) == (0, 0):  # the GEMM backend's contract picks the kernel by the operands' type
+        from workbench.agent.gemm import NumbaGemm
+        from workbench.device import Device
+
+        R = poisoned((M, N))
+        NumbaGemm(Device()).gemm(dev(A16), dev(B16), R)
+        assert np.array_equal(R.copy_to_host(), got)
 
 
 def test_bias_relu_to_bf16_and_backward_from_bf16(rng):

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import ctypes
 
+import numpy as np
+
 from cuda_kernels.nb import cuda
 
 from .cublaslt import PLAIN, CublasLt, EpilogueUnavailable, sm_target
@@ -108,6 +110,12 @@ class Cublas:
         """Row-major ``C[M, N] = alpha * op(A) @ op(B) + beta * C`` (cuBLAS sees the transposed problem;
         cuBLASLt, with its algorithm chosen for fewer SMs, where the GPU is shared: :meth:`share_gpu`)."""
         target = self._target(C) if alpha == 1.0 and beta == 0.0 else 0
+        if A.dtype != np.float32:  # bfloat16 operands: cuBLASLt alone takes them (SGEMM is float32)
+            if self.lt is None or alpha != 1.0 or beta != 0.0:
+                raise EpilogueUnavailable(f"a GEMM on bfloat16 operands needs cuBLASLt, alpha 1 and beta 0"
+                                          f"{': ' + self.lt_error if self.lt is None else ''}")
+            self.lt.matmul(A, B, C, trans_a, trans_b, PLAIN, None, target=target)
+            return
         if target:
             self.lt.matmul(A, B, C, trans_a, trans_b, PLAIN, None, target=target)
             return

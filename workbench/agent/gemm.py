@@ -1,6 +1,8 @@
 """GEMM backends with one contract: ``gemm(A, B, C, trans_a, trans_b, alpha, beta)`` on row-major
 float32 device arrays, enqueued on the device's stream (capturable). cuBLAS where it loads, the
-register-tiled Numba kernel otherwise (and always in the simulator)."""
+register-tiled Numba kernel otherwise (and always in the simulator). Both also take bfloat16 operands
+(``uint16`` arrays of :mod:`cuda_kernels.bf16` bits, A and B alike) with a float32 C: float32
+accumulation of the operands' exact values."""
 from __future__ import annotations
 
 import numpy as np
@@ -19,8 +21,8 @@ class NumbaGemm:
     def gemm(self, A, B, C, trans_a: int = 0, trans_b: int = 0, alpha: float = 1.0, beta: float = 0.0) -> None:
         M, N = C.shape
         K = A.shape[0] if trans_a else A.shape[1]
-        dense.gemm_kernel[dense.gemm_grid(M, N), dense.THREADS, self.device.stream](A, B, C, M, N, K, trans_a, trans_b,
-                                                                                   alpha, beta)
+        k = dense.gemm_bf16_kernel if A.dtype == np.uint16 else dense.gemm_kernel
+        k[dense.gemm_grid(M, N), dense.THREADS, self.device.stream](A, B, C, M, N, K, trans_a, trans_b, alpha, beta)
 
 
 def make_gemm(device: Device, prefer: str = "cublas", math: str = "fp32"):
