@@ -10,7 +10,8 @@ bfloat16 operands; :func:`to_bf16_ref` and :func:`from_bf16_ref` are their NumPy
 
 They are the first pieces of bf16 GEMM operands in memory, which cuBLAS needs before it runs bf16 tensor
 cores (``workbench/cublas.py`` says why); :mod:`cuda_kernels.dense` has the simulator's GEMM on bf16
-operands and a bf16 layer's unfused epilogues. Nothing in the trainer uses them yet.
+operands and a bf16 layer's unfused epilogues, and ``DeviceNetwork(bf16=True)``
+(:mod:`workbench.agent.network`) runs a network on them. The trainer does not use them yet.
 """
 from __future__ import annotations
 

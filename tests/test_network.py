@@ -6,6 +6,7 @@ import pytest
 from numba import cuda
 
 from workbench.agent.gemm import make_gemm
+from cuda_kernels import bf16
 from workbench.agent.network import (DeviceNetwork, NetShape, backward_ref, device_obs, forward_ref, init_params, relayout,
                                     views)
 from workbench.device import Device
@@ -78,6 +79,77 @@ def test_the_padded_layout_changes_no_result(rng):
             assert np.array_equal(a, b), name
         else:
             np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5, err_msg=name)
+
+
+def _one_bf16_step_apart(got16: np.ndarray, want: np.ndarray) -> bool:
+    """bfloat16 bits ``got16`` against float64 values rounded to bfloat16: equal, but where a float32
+    accumulation lands beside a rounding boundary (rare: ~1e-7 relative of a 4e-3 step), one step."""
+    want16 = bf16.to_bf16_ref(want.astype(np.float32)).astype(np.int32)
+    steps = np.abs(got16.astype(np.int32) - want16)
+    return bool(steps.max() <= 1 and (steps > 0).mean() <= 0.01)
+
+
+def test_a_bf16_network_against_its_reference(rng):
+    """A bf16 network (bfloat16 GEMM operands, float32 accumulation; the simulator's Numba GEMM and our
+    epilogues, cuBLASLt's fused forward on a GPU), every stage against float64 from the network's own
+    bfloat16 inputs to that stage, outputs poisoned first: the activations rounded once from their float32
+    sums (at most a step apart beside a boundary), the head, d2, d1 (after the ReLU gradient) and every
+    gradient to float32 accumulation's error, and the bfloat16 copies of d2 and d1 exactly d2 and d1
+    rounded; a missing or extra rounding anywhere fails. And it differs from the float32 network."""
+    shape = NetShape(obs_dim=23, hidden=32, atoms=5, align=4)
+    rows = 12
+    params = init_params(shape, seed=int(rng.integers(0, 1000)))
+    params += relayout(rng.normal(0, 0.05, shape.host.n_params).astype(np.float32), shape.host, shape)
+    x = device_obs(rng.normal(size=(rows, shape.obs_dim)).astype(np.float32), shape)
+    dhead = np.zeros((rows, shape.head_cols), np.float32)
+    dhead[:, :shape.head_width] = rng.normal(size=(rows, shape.head_width))
+    device = Device()
+    gemm = make_gemm(device)
+    consts = (cuda.to_device(np.linspace(-1, 1, shape.atoms).astype(np.float32)),
+              cuda.to_device(np.array(shape.branch_sizes, np.int32)), cuda.to_device(np.array(shape.branch_offsets, np.int32)))
+    grads = {}
+    for is_bf16 in (True, False):
+        net = DeviceNetwork(device, gemm, shape, rows, *consts, fused=True, bf16=is_bf16)
+        for a in (net.h1, net.h2, net.head, net.d2, net.d1, net.d2_16, net.d1_16):
+            if a is not None:
+                a.copy_to_device(np.full(a.shape, 0x7FC0 if a.dtype == np.uint16 else np.nan, a.dtype))
+        p_dev, x_dev = cuda.to_device(params), cuda.to_device(x)
+        g_dev = cuda.to_device(np.full(shape.n_params, np.nan, np.float32))
+        net.forward(p_dev, x_dev)
+        device.synchronize()
+        if is_bf16:
+            fwd = {k: getattr(net, k).copy_to_host() for k in ("h1", "h2", "head")}
+        net.backward(p_dev, g_dev, x_dev, cuda.to_device(dhead))
+        device.synchronize()
+        grads[is_bf16] = g_dev.copy_to_host()
+        if is_bf16:
+            bwd = {k: getattr(net, k).copy_to_host() for k in ("d2", "d1", "d2_16", "d1_16")}
+    wide = lambda a16: bf16.from_bf16_ref(a16).astype(np.float64)  # noqa: E731
+    r = lambda a: wide(bf16.to_bf16_ref(np.asarray(a, np.float32)))  # noqa: E731
+    p = {k: v.astype(np.float64) for k, v in views(params, shape).items()}
+    W = {k: r(p[k]) for k in ("W1", "W2", "W3")}
+    xr, dr = r(x), r(dhead)
+    h1, h2 = wide(fwd["h1"]), wide(fwd["h2"])
+    assert fwd["h1"].dtype == np.uint16 and _one_bf16_step_apart(fwd["h1"], np.maximum(xr @ W["W1"] + p["b1"], 0))
+    assert _one_bf16_step_apart(fwd["h2"], np.maximum(h1 @ W["W2"] + p["b2"], 0))
+    close = lambda got, want, what: np.testing.assert_allclose(got, want, rtol=1e-5,  # noqa: E731
+                                                               atol=1e-5 * float(np.abs(want).max()), err_msg=what)
+    close(fwd["head"], h2 @ W["W3"] + p["b3"], "head")
+    d2 = (dr @ W["W3"].T) * (h2 > 0)
+    close(bwd["d2"], d2, "d2")
+    assert np.array_equal(bwd["d2_16"], bf16.to_bf16_ref(bwd["d2"]))
+    d1 = (wide(bwd["d2_16"]) @ W["W2"].T) * (h1 > 0)
+    close(bwd["d1"], d1, "d1")
+    assert np.array_equal(bwd["d1_16"], bf16.to_bf16_ref(bwd["d1"]))
+    g = views(grads[True], shape)
+    close(g["W3"], h2.T @ dr, "W3")
+    close(g["b3"], dhead.astype(np.float64).sum(axis=0), "b3")
+    close(g["W2"], h1.T @ wide(bwd["d2_16"]), "W2")
+    close(g["b2"], d2.sum(axis=0), "b2")
+    close(g["W1"], xr.T @ wide(bwd["d1_16"]), "W1")
+    close(g["b1"], d1.sum(axis=0), "b1")
+    assert (g["W1"][shape.obs_dim:] == 0).all()
+    assert np.abs(grads[True] - grads[False]).max() > 1e-4 * np.abs(grads[False]).max()  # bf16 is not fp32
 
 
 def test_relayout_round_trip_and_init_in_every_layout():

@@ -31,6 +31,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from cuda_kernels import bf16 as K_bf16
 from cuda_kernels import c51, dense
 from cuda_kernels.nb import cuda
 
@@ -171,18 +172,25 @@ class DeviceNetwork:
 
     def __init__(self, device, gemm, shape: NetShape, rows: int, support_dev, branch_sizes_dev, branch_offsets_dev,
                  fused: bool = False, masks: bool = False, head: bool = True, logp: bool = True,
-                 backward: bool = True):
+                 backward: bool = True, bf16: bool = False):
         """``head``: whether this network runs its own dueling head (``q``, and with ``logp`` the
         log-probabilities); an update's networks leave it to their loss (``c51.c51_head_loss_kernel``, which
         writes the online Q of s' into ``q``). Acting and backtesting read ``q`` alone (``logp=False``: no
         ``[rows, actions, atoms]`` buffer written) and never backpropagate (``backward=False``: no gradient
         workspaces): at the reference shape a backtest chunk's network (16,384 rows) holds ~97 MiB instead
-        of ~190."""
+        of ~190. ``bf16``: the GEMMs' operands in bfloat16 (:mod:`cuda_kernels.bf16`; float32 accumulation):
+        each forward converts the weights it is given and its observations, the trunk's activations are
+        kept in bfloat16, the head's output and every gradient in float32, and the backward converts
+        dhead, d2 and d1 for the GEMMs that read them; its backward reads the weights and observations its
+        forward converted, so it must follow a forward on the same weights and observations (as an
+        update's does). No mask and no fused backward (as TF32: measured slower)."""
         self.device, self.gemm, self.shape, self.rows = device, gemm, shape, rows
         s = device.stream
         H, W, A = shape.hidden, shape.head_cols, shape.n_actions
-        self.h1 = cuda.device_array((rows, H), np.float32, stream=s)
-        self.h2 = cuda.device_array((rows, H), np.float32, stream=s)
+        self.bf16 = bool(bf16)
+        act = np.uint16 if bf16 else np.float32  # the trunk's activations: a bf16 network's next GEMM reads them
+        self.h1 = cuda.device_array((rows, H), act, stream=s)
+        self.h2 = cuda.device_array((rows, H), act, stream=s)
         self.head = cuda.device_array((rows, W), np.float32, stream=s)
         self.logp = cuda.device_array((rows, A, shape.atoms), np.float32, stream=s) if head and logp else None
         # the head kernel's log-probabilities parameter where none are kept (it writes nothing there)
@@ -190,6 +198,12 @@ class DeviceNetwork:
         self.q = cuda.device_array((rows, A), np.float32, stream=s)
         self.d2 = cuda.device_array((rows, H), np.float32, stream=s) if backward else None
         self.d1 = cuda.device_array((rows, H), np.float32, stream=s) if backward else None
+        # a bf16 network's operand copies (None otherwise): the weights, the observations, dhead, d2, d1
+        u16 = lambda shp, keep=True: (cuda.device_array(shp, np.uint16, stream=s)  # noqa: E731
+                                      if bf16 and keep else None)
+        self.p16, self.x16 = u16(shape.n_params), u16((rows, shape.obs_cols))
+        self.dhead16, self.d2_16, self.d1_16 = (u16((rows, W), backward), u16((rows, H), backward),
+                                                u16((rows, H), backward))
         self.support, self.bsz, self.boff = support_dev, branch_sizes_dev, branch_offsets_dev
         # fused epilogues (cuBLASLt) where asked for and the GEMM backend has them; then the trunk's ReLU
         # masks, one bit per (row, column), for the backward's fused ReLU gradient (masks: only a network
@@ -198,7 +212,12 @@ class DeviceNetwork:
         nbytes = mask_ld(H) // 8
         self.mask1, self.mask2 = ((cuda.device_array((rows, nbytes), np.uint8, stream=s),
                                    cuda.device_array((rows, nbytes), np.uint8, stream=s))
-                                  if self.fused and masks and backward else (None, None))
+                                  if self.fused and masks and backward and not bf16 else (None, None))
+        # a bf16 network whose epilogues are our kernels: the trunk GEMMs' float32 outputs, from which the
+        # epilogue writes the bfloat16 activations
+        self.h1f, self.h2f = ((cuda.device_array((rows, H), np.float32, stream=s),
+                               cuda.device_array((rows, H), np.float32, stream=s))
+                              if bf16 and not self.fused else (None, None))
         # the bias-gradient kernel's scratch (its row slices' sums, and its per-tile arrival counts, which
         # every launch leaves at zero): one for this network's backward launches, which run in turn
         part_shape, tiles = dense.bias_backward_scratch_shapes(max(H, W), device.simulator)
@@ -216,8 +235,12 @@ class DeviceNetwork:
             return 0
         return sum(int(a.size) * int(a.dtype.itemsize) for a in (self.h1, self.h2, self.head, self.logp, self.no_logp,
                                                                   self.q, self.d2, self.d1, self.mask1, self.mask2,
-                                                                  *self.bwd_scratch, *self.head_scratch)
+                                                                  *self.bwd_scratch, *self.head_scratch, *self._bf16_buffers)
                    if a is not None)
+
+    @property
+    def _bf16_buffers(self) -> tuple:
+        return (self.p16, self.x16, self.dhead16, self.d2_16, self.d1_16, self.h1f, self.h2f)
 
     @property
     def fuses_backward(self) -> bool:
@@ -233,7 +256,8 @@ class DeviceNetwork:
         v = object.__new__(DeviceNetwork)
         v.__dict__.update(self.__dict__)
         v.rows, v.view_of = b - a, self
-        for k in ("h1", "h2", "head", "logp", "q", "d2", "d1", "mask1", "mask2"):
+        for k in ("h1", "h2", "head", "logp", "q", "d2", "d1", "mask1", "mask2", "x16", "dhead16", "d2_16", "d1_16",
+                  "h1f", "h2f"):
             if getattr(self, k) is not None:
                 setattr(v, k, getattr(self, k)[a:b])
         return v
@@ -263,9 +287,13 @@ class DeviceNetwork:
         p = views(params_flat, self.shape)
         st, sh, f, d = self.device.stream, self.shape, self.fused, self.device
         m1, m2 = (self.mask1, self.mask2) if self.fuses_backward else (None, None)
-        yield Gemm(x, p["W1"], self.h1, 0, 0, self.gemm, Epilogue(RELU_BIAS, p["b1"], self.h1, m1, f, d))
-        yield Gemm(self.h1, p["W2"], self.h2, 0, 0, self.gemm, Epilogue(RELU_BIAS, p["b2"], self.h2, m2, f, d))
-        yield Gemm(self.h2, p["W3"], self.head, 0, 0, self.gemm, Epilogue(BIAS, p["b3"], self.head, None, f, d))
+        if self.bf16:
+            yield from self._forward_bf16_trunk(params_flat, x, p)
+        else:
+            yield Gemm(x, p["W1"], self.h1, 0, 0, self.gemm, Epilogue(RELU_BIAS, p["b1"], self.h1, m1, f, d))
+            yield Gemm(self.h1, p["W2"], self.h2, 0, 0, self.gemm, Epilogue(RELU_BIAS, p["b2"], self.h2, m2, f, d))
+        w3 = views(self.p16, sh)["W3"] if self.bf16 else p["W3"]
+        yield Gemm(self.h2, w3, self.head, 0, 0, self.gemm, Epilogue(BIAS, p["b3"], self.head, None, f, d))
         if not head:
             return
         if self.logp is None and self.no_logp is None:
@@ -277,11 +305,24 @@ class DeviceNetwork:
                                                 max(sh.branch_sizes), self.support, self.logp if keep else self.no_logp,
                                                 int(keep), self.q)
 
+    def _forward_bf16_trunk(self, params_flat, x, p):
+        """A bf16 forward's first steps: the weights and observations converted, then the trunk's two layers
+        writing bfloat16 activations (inside cuBLASLt's GEMMs, or our epilogue from a float32 output)."""
+        st, sim, f, d = self.device.stream, self.device.simulator, self.fused, self.device
+        _to_bf16(params_flat, self.p16, st, sim)
+        _to_bf16(x, self.x16, st, sim)
+        w = views(self.p16, self.shape)
+        for a, W, b, h, hf in ((self.x16, w["W1"], p["b1"], self.h1, self.h1f), (self.h1, w["W2"], p["b2"], self.h2, self.h2f)):
+            yield (Gemm(a, W, h, 0, 0, self.gemm, Epilogue(RELU_BIAS, b, h, None, True, d)) if f else
+                   Gemm(a, W, hf, 0, 0, self.gemm, Epilogue(RELU_BIAS, b, hf, None, False, d, dst16=h)))
+
     def backward_steps(self, params_flat, grads_flat, x, dhead):
         if self.d1 is None:
             raise ValueError("this network keeps no gradient workspaces (DeviceNetwork(backward=False))")
         g = views(grads_flat, self.shape)
         self._head_bias_grad(g, dhead, self.device.stream)
+        if self.bf16:
+            _to_bf16(dhead, self.dhead16, self.device.stream, self.device.simulator)
         yield from self._backward_gemms(views(params_flat, self.shape), g, x, dhead, self.gemm)
 
     def backward_beside(self, params_flat, grads_flat, x, dhead, side: "DeviceNetwork", fork, d2_ready,
@@ -294,6 +335,8 @@ class DeviceNetwork:
         ``join``: what is enqueued here after this call runs after ``side``'s work."""
         g = views(grads_flat, self.shape)
         d, sd = self.device, side.device
+        if self.bf16:  # before the fork: the side stream's first GEMM reads it
+            _to_bf16(dhead, self.dhead16, d.stream, d.simulator)
         fork.give(d).take(sd)
         self._head_bias_grad(g, dhead, sd.stream)
         w3, d2, w2, d1, w1 = self._backward_gemms(views(params_flat, self.shape), g, x, dhead, side.gemm)
@@ -319,13 +362,18 @@ class DeviceNetwork:
         W2's gradient, d1 (with b1's), W1's gradient. ``weights_by``: the GEMM backend of W3's and W2's
         gradients (this network's own, or a side stream's: :meth:`backward_beside`)."""
         fb, d = self.fuses_backward, self.device
-        return (Gemm(self.h2, dhead, g["W3"], 1, 0, weights_by),
-                Gemm(dhead, p["W3"], self.d2, 0, 1, self.gemm,
-                     Epilogue(DRELU_BGRAD, g["b2"], self.h2, self.mask2, fb, d, self.bwd_scratch)),
-                Gemm(self.h1, self.d2, g["W2"], 1, 0, weights_by),
-                Gemm(self.d2, p["W2"], self.d1, 0, 1, self.gemm,
-                     Epilogue(DRELU_BGRAD, g["b1"], self.h1, self.mask1, fb, d, self.bwd_scratch)),
-                Gemm(x, self.d1, g["W1"], 1, 0, self.gemm))
+        if self.bf16:  # bfloat16 operands: the forward's weights and observations, dhead, d2 and d1 converted
+            w = views(self.p16, self.shape)
+            dh, d2, d1, x, W3, W2 = self.dhead16, self.d2_16, self.d1_16, self.x16, w["W3"], w["W2"]
+        else:
+            dh, d2, d1, W3, W2 = dhead, self.d2, self.d1, p["W3"], p["W2"]
+        return (Gemm(self.h2, dh, g["W3"], 1, 0, weights_by),
+                Gemm(dh, W3, self.d2, 0, 1, self.gemm,
+                     Epilogue(DRELU_BGRAD, g["b2"], self.h2, self.mask2, fb, d, self.bwd_scratch, self.d2_16)),
+                Gemm(self.h1, d2, g["W2"], 1, 0, weights_by),
+                Gemm(d2, W2, self.d1, 0, 1, self.gemm,
+                     Epilogue(DRELU_BGRAD, g["b1"], self.h1, self.mask1, fb, d, self.bwd_scratch, self.d1_16)),
+                Gemm(x, d1, g["W1"], 1, 0, self.gemm))
 
 
 # Where cuBLASLt's DRELU_BGRAD backward beats a plain GEMM and our ReLU-gradient/bias-gradient kernel
@@ -352,18 +400,27 @@ class Epilogue(NamedTuple):
     fused: bool
     device: object
     scratch: tuple | None = None
+    dst16: object = None
 
     def unfused(self, C) -> None:
-        """Our kernel for this epilogue on ``C``, enqueued on the network's stream."""
+        """Our kernel for this epilogue on ``C``, enqueued on the network's stream. A bf16 network's:
+        ``dst16`` receives the result as bfloat16 (the forward's activations from the float32 ``C``; the
+        backward's d2, d1 after the ReLU gradient in place), and ``out`` may be bfloat16 activations."""
         M, N = C.shape
         st, sim = self.device.stream, self.device.simulator
         if self.kind in (RELU_BIAS, BIAS):
             gh, th = dense.bias_act_launch(M, N, sim)
-            dense.bias_act_kernel[gh, th, st](C, self.bias, M, N, dense.ACT_RELU if self.kind == RELU_BIAS
-                                              else dense.ACT_IDENTITY)
+            act = dense.ACT_RELU if self.kind == RELU_BIAS else dense.ACT_IDENTITY
+            if self.dst16 is not None:
+                dense.bias_act_bf16_kernel[gh, th, st](C, self.bias, self.dst16, M, N, act)
+            else:
+                dense.bias_act_kernel[gh, th, st](C, self.bias, M, N, act)
         else:
             gh, bh = dense.bias_backward_launch(N, sim)
-            dense.bias_act_backward_kernel[gh, bh, st](C, self.out, self.bias, M, N, dense.ACT_RELU, *self.scratch)
+            k = dense.bias_act_backward_bf16_kernel if self.out.dtype == np.uint16 else dense.bias_act_backward_kernel
+            k[gh, bh, st](C, self.out, self.bias, M, N, dense.ACT_RELU, *self.scratch)
+            if self.dst16 is not None:
+                _to_bf16(C, self.dst16, st, sim)
 
 
 class Gemm(NamedTuple):
@@ -393,6 +450,13 @@ class Gemm(NamedTuple):
         unfused one's)."""
         if self.epi is not None:
             self.epi.unfused(self.C)
+
+
+def _to_bf16(src, dst, stream, simulator: bool) -> None:
+    """``dst`` (uint16, the shape of ``src``) = ``src`` (float32, contiguous) rounded to bfloat16, on ``stream``."""
+    n = int(src.size)
+    blocks = 4 if simulator else min(1024, (n + 255) // 256)
+    K_bf16.to_bf16_kernel[blocks, 32 if simulator else 256, stream](src.reshape(n), dst.reshape(n), n)
 
 
 def run_steps(steps) -> None:
