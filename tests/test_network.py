@@ -45,6 +45,12 @@ def test_forward_backward_match_reference(rng, align):
     assert (views(got, shape)["W1"][shape.obs_dim:] == 0).all()
 
 
+def _consts(shape: NetShape) -> tuple:
+    """A network's constant device inputs: the C51 support on [-1, 1], the branch sizes and offsets."""
+    return (cuda.to_device(np.linspace(-1, 1, shape.atoms).astype(np.float32)),
+            cuda.to_device(np.array(shape.branch_sizes, np.int32)), cuda.to_device(np.array(shape.branch_offsets, np.int32)))
+
+
 def test_the_padded_layout_changes_no_result(rng):
     """The same weights and observations in the host layout and in the device layout (observations
     23 -> 24 columns, so W1's rows; the head 50 -> 52): Q, log-probabilities and every gradient equal bit
@@ -59,8 +65,7 @@ def test_the_padded_layout_changes_no_result(rng):
     dhead = rng.normal(size=(rows, host.head_width)).astype(np.float32)
     device = Device()
     gemm = make_gemm(device)
-    consts = (cuda.to_device(np.linspace(-1, 1, pad.atoms).astype(np.float32)),
-              cuda.to_device(np.array(pad.branch_sizes, np.int32)), cuda.to_device(np.array(pad.branch_offsets, np.int32)))
+    consts = _consts(pad)
     out = {}
     for shape in (host, pad):
         net = DeviceNetwork(device, gemm, shape, rows, *consts)
@@ -105,8 +110,7 @@ def test_a_bf16_network_against_its_reference(rng):
     dhead[:, :shape.head_width] = rng.normal(size=(rows, shape.head_width))
     device = Device()
     gemm = make_gemm(device)
-    consts = (cuda.to_device(np.linspace(-1, 1, shape.atoms).astype(np.float32)),
-              cuda.to_device(np.array(shape.branch_sizes, np.int32)), cuda.to_device(np.array(shape.branch_offsets, np.int32)))
+    consts = _consts(shape)
     grads = {}
     for is_bf16 in (True, False):
         net = DeviceNetwork(device, gemm, shape, rows, *consts, fused=True, bf16=is_bf16)
