@@ -29,7 +29,8 @@ def _float32(x):
 def _make_gemm(load, name: str):
     """The register-tiled GEMM whose operands' elements become float32 through ``load`` as they are staged."""
     def gemm(A, B, C, M, N, K, trans_a, trans_b, alpha, beta):
-        """A: [M, K] (or [K, M] if trans_a); B: [K, N] (or [N, K] if trans_b); C: [M, N]. Grid (ceil(N/64), ceil(M/64))."""
+        """A: [M, K] (or [K, M] if trans_a); B: [K, N] (or [N, K] if trans_b); C: [M, N].
+        Grid (ceil(N/64), ceil(M/64))."""
         grid_wait()
         As = cuda.shared.array((BK, BM), float32)
         Bs = cuda.shared.array((BK, BN), float32)

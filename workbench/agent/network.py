@@ -183,7 +183,8 @@ class DeviceNetwork:
         kept in bfloat16, the head's output and every gradient in float32, and the backward converts
         dhead, d2 and d1 for the GEMMs that read them; its backward reads the weights and observations its
         forward converted, so it must follow a forward on the same weights and observations (as an
-        update's does). No mask and no fused backward (as TF32: measured slower)."""
+        update's does). No ReLU masks and no fused backward: our ReLU-gradient kernels, as with TF32, where
+        the fused backward measured slower (bf16's not yet measured)."""
         self.device, self.gemm, self.shape, self.rows = device, gemm, shape, rows
         s = device.stream
         H, W, A = shape.hidden, shape.head_cols, shape.n_actions
@@ -235,7 +236,8 @@ class DeviceNetwork:
             return 0
         return sum(int(a.size) * int(a.dtype.itemsize) for a in (self.h1, self.h2, self.head, self.logp, self.no_logp,
                                                                   self.q, self.d2, self.d1, self.mask1, self.mask2,
-                                                                  *self.bwd_scratch, *self.head_scratch, *self._bf16_buffers)
+                                                                  *self.bwd_scratch, *self.head_scratch,
+                                                                  *self._bf16_buffers)
                    if a is not None)
 
     @property
@@ -272,8 +274,9 @@ class DeviceNetwork:
         return v
 
     def forward(self, params_flat, x, head: bool = True) -> None:
-        """x: float32 [rows, obs_cols] (its padding columns zero); fills h1, h2, head (its bias added) and, with ``head``, q and logp where
-        kept (the dueling head; a training update leaves it to its loss, ``c51.c51_head_loss_kernel``)."""
+        """x: float32 [rows, obs_cols] (its padding columns zero); fills h1, h2, head (its bias added) and,
+        with ``head``, q and logp where kept (the dueling head; a training update leaves it to its loss,
+        ``c51.c51_head_loss_kernel``)."""
         run_steps(self.forward_steps(params_flat, x, head))
 
     def backward(self, params_flat, grads_flat, x, dhead) -> None:
@@ -312,7 +315,8 @@ class DeviceNetwork:
         _to_bf16(params_flat, self.p16, st, sim)
         _to_bf16(x, self.x16, st, sim)
         w = views(self.p16, self.shape)
-        for a, W, b, h, hf in ((self.x16, w["W1"], p["b1"], self.h1, self.h1f), (self.h1, w["W2"], p["b2"], self.h2, self.h2f)):
+        for a, W, b, h, hf in ((self.x16, w["W1"], p["b1"], self.h1, self.h1f),
+                               (self.h1, w["W2"], p["b2"], self.h2, self.h2f)):
             yield (Gemm(a, W, h, 0, 0, self.gemm, Epilogue(RELU_BIAS, b, h, None, True, d)) if f else
                    Gemm(a, W, hf, 0, 0, self.gemm, Epilogue(RELU_BIAS, b, hf, None, False, d, dst16=h)))
 
