@@ -98,18 +98,21 @@ class Cublas:
         Without cuBLASLt (nvmath-python) every GEMM keeps cuBLAS's choice."""
         self.shared = bool(on) and self.lt is not None
 
-    def _target(self, C) -> int:
+    def _target(self, C, A) -> int:
+        """The SM target of ``C = op(A) @ op(B)`` (0: every SM): by the tiles of bf16's tensor-core kernels
+        where the operands are bfloat16, else of this handle's math."""
         M, N = C.shape
-        return sm_target(M, N, self.device.info.multiprocessors, self.math) if self.shared else 0
+        math = "bf16" if A.dtype == np.uint16 else self.math
+        return sm_target(M, N, self.device.info.multiprocessors, math) if self.shared else 0
 
     def gemm_epilogue(self, A, B, C, trans_a: int, trans_b: int, kind: str, bias, mask=None) -> None:
         """Row-major ``C = op(A) @ op(B)`` with a fused epilogue (:meth:`workbench.cublaslt.CublasLt.matmul`)."""
-        self.lt.matmul(A, B, C, trans_a, trans_b, kind, bias, mask, target=self._target(C))
+        self.lt.matmul(A, B, C, trans_a, trans_b, kind, bias, mask, target=self._target(C, A))
 
     def gemm(self, A, B, C, trans_a: int = 0, trans_b: int = 0, alpha: float = 1.0, beta: float = 0.0) -> None:
         """Row-major ``C[M, N] = alpha * op(A) @ op(B) + beta * C`` (cuBLAS sees the transposed problem;
         cuBLASLt, with its algorithm chosen for fewer SMs, where the GPU is shared: :meth:`share_gpu`)."""
-        target = self._target(C) if alpha == 1.0 and beta == 0.0 else 0
+        target = self._target(C, A) if alpha == 1.0 and beta == 0.0 else 0
         if A.dtype != np.float32:  # bfloat16 operands: cuBLASLt alone takes them (SGEMM is float32)
             if self.lt is None or alpha != 1.0 or beta != 0.0:
                 raise EpilogueUnavailable(f"a GEMM on bfloat16 operands needs cuBLASLt, alpha 1 and beta 0"

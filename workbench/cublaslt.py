@@ -45,7 +45,7 @@ RELU_BIAS, BIAS, DRELU_BGRAD, PLAIN = "relu_bias", "bias", "drelu_bgrad", "plain
 
 # Output tile area that sm_target counts an SM for: cuBLASLt's large TF32 tiles are 128 x 256, its fp32
 # (SIMT) ones 128 x 128.
-TILE_AREA = {"tf32": 128 * 256, "bf16": 128 * 256, "fp32": 128 * 128}
+TILE_AREA = {"tf32": 128 * 256, "bf16": 128 * 256, "fp32": 128 * 128}  # bf16's: taken as TF32's, not yet measured
 
 
 def sm_target(M: int, N: int, sms: int, math: str) -> int:
