@@ -66,7 +66,7 @@ def test_bf16_operands_through_cublaslt(rng, device, blas, M, N, K, ta, tb):
     update's GEMM shapes: the product equals the float64 product of the bf16-rounded inputs to float32
     accumulation's error, so the whole of bf16's error is the inputs' rounding (reported against the exact
     product: ~1e-3); a trunk layer's forward (bias + ReLU, its ReLU bit mask) with a bfloat16 output is
-    that product's bias + ReLU rounded once to bfloat16, and its mask says which outputs are positive."""
+    that product's bias + ReLU rounded once to bfloat16."""
     if blas.lt is None:
         pytest.skip(f"cuBLASLt unavailable: {blas.lt_error}")
     A = rng.normal(size=(K, M) if ta else (M, K)).astype(np.float32)
@@ -97,14 +97,12 @@ def test_bf16_operands_through_cublaslt(rng, device, blas, M, N, K, ta, tb):
     if ta:
         return  # a weight gradient: no epilogue
     H = cuda.to_device(np.full((M, N), 0x7FC0, np.uint16), stream=st)
-    mask = cuda.to_device(np.full((M, (N + 127) // 128 * 16), 0xAB, np.uint8), stream=st)
-    blas.lt.matmul(A16, B16, H, ta, tb, "relu_bias", cuda.to_device(bias, stream=st), mask)
+    blas.lt.matmul(A16, B16, H, ta, tb, "relu_bias", cuda.to_device(bias, stream=st))
     device.synchronize()
     want = np.maximum(ref + bias, 0.0)
     h = bf16.from_bf16_ref(H.copy_to_host()).astype(np.float64)
-    assert np.all(np.abs(h - want) <= 2.0**-8 * np.abs(want) + 1e-6)  # one bf16 rounding (of float32's result)
-    # N = 512 fills each row's mask (no padding bits): its bits set are the row's positive outputs
-    assert np.array_equal(np.unpackbits(mask.copy_to_host(), axis=1).sum(axis=1), (h > 0).sum(axis=1))
+    # one bf16 rounding of float32's result (half a step, 2^-9), and float32's accumulation error near zero
+    assert np.all(np.abs(h - want) <= 2.0**-8 * np.abs(want) + 1e-5 * np.abs(ref).max())
 
 
 def test_graph_with_cublas_and_numba_equals_eager(rng, device, blas):

@@ -87,11 +87,14 @@ def test_the_padded_layout_changes_no_result(rng):
 
 
 def _one_bf16_step_apart(got16: np.ndarray, want: np.ndarray) -> bool:
-    """bfloat16 bits ``got16`` against float64 values rounded to bfloat16: equal, but where a float32
-    accumulation lands beside a rounding boundary (rare: ~1e-7 relative of a 4e-3 step), one step."""
-    want16 = bf16.to_bf16_ref(want.astype(np.float32)).astype(np.int32)
-    steps = np.abs(got16.astype(np.int32) - want16)
-    return bool(steps.max() <= 1 and (steps > 0).mean() <= 0.01)
+    """bfloat16 bits ``got16`` against float64 values: the values rounded to bfloat16, but where a float32
+    accumulation lands beside a rounding boundary (or, for a ReLU, beside zero: rare, ~1e-7 relative of a
+    4e-3 step), a step (2^-8 relative) or float32's error from them, on at most 1 % of the entries."""
+    got = bf16.from_bf16_ref(got16).astype(np.float64)
+    exact = bf16.from_bf16_ref(bf16.to_bf16_ref(want.astype(np.float32))).astype(np.float64)
+    off = got != exact
+    near = np.abs(got - want) <= 2.0**-8 * np.abs(want) + 1e-5 * float(np.abs(want).max())
+    return bool((near | ~off).all() and off.mean() <= 0.01)
 
 
 def test_a_bf16_network_against_its_reference(rng):
