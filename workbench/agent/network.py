@@ -287,16 +287,15 @@ class DeviceNetwork:
     # the passes as steps: kernels enqueued on the device's stream, each GEMM yielded to whoever drives
     # them (run_steps: the network's GEMM; a population: one batched GEMM over its agents' same GEMM)
     def forward_steps(self, params_flat, x, head: bool = True):
-        p = views(params_flat, self.shape)
+        p, w = views(params_flat, self.shape), self._gemm_weights(params_flat)
         st, sh, f, d = self.device.stream, self.shape, self.fused, self.device
         m1, m2 = (self.mask1, self.mask2) if self.fuses_backward else (None, None)
         if self.bf16:
-            yield from self._forward_bf16_trunk(params_flat, x, p)
+            yield from self._forward_bf16_trunk(params_flat, x, p, w)
         else:
-            yield Gemm(x, p["W1"], self.h1, 0, 0, self.gemm, Epilogue(RELU_BIAS, p["b1"], self.h1, m1, f, d))
-            yield Gemm(self.h1, p["W2"], self.h2, 0, 0, self.gemm, Epilogue(RELU_BIAS, p["b2"], self.h2, m2, f, d))
-        w3 = views(self.p16, sh)["W3"] if self.bf16 else p["W3"]
-        yield Gemm(self.h2, w3, self.head, 0, 0, self.gemm, Epilogue(BIAS, p["b3"], self.head, None, f, d))
+            yield Gemm(x, w["W1"], self.h1, 0, 0, self.gemm, Epilogue(RELU_BIAS, p["b1"], self.h1, m1, f, d))
+            yield Gemm(self.h1, w["W2"], self.h2, 0, 0, self.gemm, Epilogue(RELU_BIAS, p["b2"], self.h2, m2, f, d))
+        yield Gemm(self.h2, w["W3"], self.head, 0, 0, self.gemm, Epilogue(BIAS, p["b3"], self.head, None, f, d))
         if not head:
             return
         if self.logp is None and self.no_logp is None:
@@ -308,13 +307,26 @@ class DeviceNetwork:
                                                 max(sh.branch_sizes), self.support, self.logp if keep else self.no_logp,
                                                 int(keep), self.q)
 
-    def _forward_bf16_trunk(self, params_flat, x, p):
-        """A bf16 forward's first steps: the weights and observations converted, then the trunk's two layers
-        writing bfloat16 activations (inside cuBLASLt's GEMMs, or our epilogue from a float32 output)."""
+    def _gemm_weights(self, params_flat) -> dict:
+        """The weights as the GEMMs read them: a bf16 network's bfloat16 copy (its forward converts it),
+        else the parameters themselves (the biases are always read from the parameters)."""
+        return views(self.p16 if self.bf16 else params_flat, self.shape)
+
+    def _dhead_operand(self, dhead):
+        """dhead as the backward's GEMMs read it: a bf16 network's bfloat16 copy, converted here on this
+        network's stream (so before a side stream forks from it), else dhead itself."""
+        if not self.bf16:
+            return dhead
+        _to_bf16(dhead, self.dhead16, self.device.stream, self.device.simulator)
+        return self.dhead16
+
+    def _forward_bf16_trunk(self, params_flat, x, p, w):
+        """A bf16 forward's first steps: the weights (into ``w``'s buffer) and observations converted, then
+        the trunk's two layers writing bfloat16 activations (inside cuBLASLt's GEMMs, or our epilogue from a
+        float32 output)."""
         st, sim, f, d = self.device.stream, self.device.simulator, self.fused, self.device
         _to_bf16(params_flat, self.p16, st, sim)
         _to_bf16(x, self.x16, st, sim)
-        w = views(self.p16, self.shape)
         for a, W, b, h, hf in ((self.x16, w["W1"], p["b1"], self.h1, self.h1f),
                                (self.h1, w["W2"], p["b2"], self.h2, self.h2f)):
             yield (Gemm(a, W, h, 0, 0, self.gemm, Epilogue(RELU_BIAS, b, h, None, True, d)) if f else
@@ -324,10 +336,9 @@ class DeviceNetwork:
         if self.d1 is None:
             raise ValueError("this network keeps no gradient workspaces (DeviceNetwork(backward=False))")
         g = views(grads_flat, self.shape)
+        dh = self._dhead_operand(dhead)
         self._head_bias_grad(g, dhead, self.device.stream)
-        if self.bf16:
-            _to_bf16(dhead, self.dhead16, self.device.stream, self.device.simulator)
-        yield from self._backward_gemms(views(params_flat, self.shape), g, x, dhead, self.gemm)
+        yield from self._backward_gemms(self._gemm_weights(params_flat), g, x, dh, self.gemm)
 
     def backward_beside(self, params_flat, grads_flat, x, dhead, side: "DeviceNetwork", fork, d2_ready,
                         join) -> None:
@@ -339,11 +350,10 @@ class DeviceNetwork:
         ``join``: what is enqueued here after this call runs after ``side``'s work."""
         g = views(grads_flat, self.shape)
         d, sd = self.device, side.device
-        if self.bf16:  # before the fork: the side stream's first GEMM reads it
-            _to_bf16(dhead, self.dhead16, d.stream, d.simulator)
+        dh = self._dhead_operand(dhead)  # before the fork: the side stream's first GEMM reads it
         fork.give(d).take(sd)
         self._head_bias_grad(g, dhead, sd.stream)
-        w3, d2, w2, d1, w1 = self._backward_gemms(views(params_flat, self.shape), g, x, dhead, side.gemm)
+        w3, d2, w2, d1, w1 = self._backward_gemms(self._gemm_weights(params_flat), g, x, dh, side.gemm)
         w3.run()
         d2.run()
         d2_ready.give(d).take(sd)
@@ -361,21 +371,19 @@ class DeviceNetwork:
         dense.bias_act_backward_kernel[gw, bw, stream](dhead, self.head, g["b3"], self.rows, sh.head_cols,
                                                       dense.ACT_IDENTITY, *self.head_scratch)
 
-    def _backward_gemms(self, p, g, x, dhead, weights_by) -> tuple["Gemm", ...]:
+    def _backward_gemms(self, w, g, x, dh, weights_by) -> tuple["Gemm", ...]:
         """The backward's five GEMMs in order: W3's gradient, d2 (with the ReLU gradient and b2's gradient),
-        W2's gradient, d1 (with b1's), W1's gradient. ``weights_by``: the GEMM backend of W3's and W2's
-        gradients (this network's own, or a side stream's: :meth:`backward_beside`)."""
+        W2's gradient, d1 (with b1's), W1's gradient. ``w``: the weights as the GEMMs read them
+        (:meth:`_gemm_weights`), ``dh``: dhead as they read it (:meth:`_dhead_operand`); a bf16 network's
+        read its observations' and d2's and d1's bfloat16 copies. ``weights_by``: the GEMM backend of W3's
+        and W2's gradients (this network's own, or a side stream's: :meth:`backward_beside`)."""
         fb, d = self.fuses_backward, self.device
-        if self.bf16:  # bfloat16 operands: the forward's weights and observations, dhead, d2 and d1 converted
-            w = views(self.p16, self.shape)
-            dh, d2, d1, x, W3, W2 = self.dhead16, self.d2_16, self.d1_16, self.x16, w["W3"], w["W2"]
-        else:
-            dh, d2, d1, W3, W2 = dhead, self.d2, self.d1, p["W3"], p["W2"]
+        d2, d1, x = (self.d2_16, self.d1_16, self.x16) if self.bf16 else (self.d2, self.d1, x)
         return (Gemm(self.h2, dh, g["W3"], 1, 0, weights_by),
-                Gemm(dh, W3, self.d2, 0, 1, self.gemm,
+                Gemm(dh, w["W3"], self.d2, 0, 1, self.gemm,
                      Epilogue(DRELU_BGRAD, g["b2"], self.h2, self.mask2, fb, d, self.bwd_scratch, self.d2_16)),
                 Gemm(self.h1, d2, g["W2"], 1, 0, weights_by),
-                Gemm(d2, W2, self.d1, 0, 1, self.gemm,
+                Gemm(d2, w["W2"], self.d1, 0, 1, self.gemm,
                      Epilogue(DRELU_BGRAD, g["b1"], self.h1, self.mask1, fb, d, self.bwd_scratch, self.d1_16)),
                 Gemm(x, d1, g["W1"], 1, 0, self.gemm))
 
