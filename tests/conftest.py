@@ -107,13 +107,16 @@ class HostGemm:
     """The GEMM contract computed by NumPy on the simulator's host-backed arrays, for whole-fold tests
     that check the trainer's wiring, not the GEMM (the Numba GEMM is pinned to NumPy in test_kernels
     and runs inside the network's forward and backward in test_network); the simulator's GEMM costs
-    ~0.6 s a launch."""
+    ~0.6 s a launch. bfloat16 operands (``uint16`` bits) are widened exactly, as the GEMM backends do."""
 
     name = "numpy"
 
     def gemm(self, A, B, C, trans_a=0, trans_b=0, alpha=1.0, beta=0.0):
-        a = np.asarray(A).T if trans_a else np.asarray(A)
-        b = np.asarray(B).T if trans_b else np.asarray(B)
+        from cuda_kernels.bf16 import from_bf16_ref
+
+        a, b = (from_bf16_ref(np.asarray(m)) if m.dtype == np.uint16 else np.asarray(m) for m in (A, B))
+        a = a.T if trans_a else a
+        b = b.T if trans_b else b
         out = np.float32(alpha) * (a @ b)
         C[...] = out + np.float32(beta) * np.asarray(C) if beta else out
 

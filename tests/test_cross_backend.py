@@ -121,3 +121,49 @@ def test_a_tripping_guard_ends_the_epoch_alike_on_both_backends(bars, fold_gemm)
     assert size == cpu_t.replay.size
     np.testing.assert_array_equal(gpu_t.state.replay.prio.copy_to_host()[:size], cpu_t.replay.prio[:size])
     assert np.array_equal(gpu.test_position, cpu.test_position)
+
+
+def _update_against_cpu(bars, fold_gemm, math: str) -> tuple[float, float]:
+    """One update of the GPU path with ``gpu.math = math`` against the CPU backend's float32 update from the
+    same weights and replay: the loss's and the gradients' relative L2 differences."""
+    feats = build_features(bars)
+    fold = dict(train_start=200, train_stop=700, val_start=720, val_stop=740, test_start=760, test_stop=780)
+    w = make_window(bars, feats, fold)
+    prof = GpuProfile(hidden=16, atoms=5, batch=16, n_envs=4, math=math)
+    cfg = TrainConfig(rollout_steps=6, n_step=2, episode_len=30, learning_starts=0, replay_capacity=1024,
+                      v_min=-2.0, v_max=2.0, lr=1e-3)
+    device = Device()
+    gpu = DeviceTrainer(device, fold_gemm(device), prof, cfg, bars.market, 100_000.0, seed=11)
+    graphs = gpu.prepare(w)
+    S = gpu.state
+    assert all(n.bf16 == (math == "bf16") for n in S.nets)
+    S.envs.eps_slot.value[0] = 1.0
+    graphs.experience.launch()
+    one_update = device.capture(gpu.enqueue_update)
+    cpu = CpuTrainer(prof, cfg, bars.market, 100_000.0, seed=11)
+    cpu.setup(w)
+    rp = cpu.replay
+    size = int(S.replay.size.copy_to_host()[0])
+    rp.int_store, rp.float_store = S.replay.int_store.copy_to_host(), S.replay.float_store.copy_to_host()
+    rp.prio, rp.size = S.replay.prio.copy_to_host(), size
+    one_update.replay(1)
+    r = cpu.update()
+    assert np.array_equal(S.batch.idx.copy_to_host(), r.idx)
+    assert np.isfinite(S.learner.params.copy_to_host()).all()
+    rel = lambda a, b: float(np.linalg.norm(a - b) / np.linalg.norm(b))  # noqa: E731
+    return rel(S.batch.loss.copy_to_host(), r.loss), rel(gpu.host_layout(S.learner.grads.copy_to_host()), r.grads)
+
+
+@pytest.mark.slow
+def test_a_bf16_update_is_the_fp32_update_within_bfloat16_rounding(bars, fold_gemm):
+    """``gpu.math = "bf16"``: every network of the fold computes on bfloat16 operands (weights,
+    observations, activations, the backward's gradients; float32 accumulation, master weights and Adam).
+    One update against the CPU backend's float32 one from the same weights and replay: the same batch,
+    the loss and gradients within bfloat16's rounding (~2^-9 per operand) and ten times further from it
+    than the fp32 path (the operands really were rounded)."""
+    l32, g32 = _update_against_cpu(bars, fold_gemm, "fp32")
+    l16, g16 = _update_against_cpu(bars, fold_gemm, "bf16")
+    print(f"against the CPU's float32 update (relative L2): fp32 loss {l32:.1e} gradients {g32:.1e}; "
+          f"bf16 loss {l16:.1e} gradients {g16:.1e}")
+    assert l16 < 2e-3 and g16 < 2e-2
+    assert g16 > 10 * g32 and l16 > 10 * l32

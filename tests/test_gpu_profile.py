@@ -1,7 +1,7 @@
 import pytest
 
 from workbench.errors import ConfigError
-from workbench.gpu_profile import load_profile, select_profile
+from workbench.gpu_profile import GpuProfile, load_profile, select_profile
 
 
 def test_profile_chosen_by_device_name_and_override(monkeypatch):
@@ -18,23 +18,28 @@ def test_profile_chosen_by_device_name_and_override(monkeypatch):
 
 
 def test_gemm_math_is_a_profile_setting_and_a_run_override(tmp_path):
-    """``math`` (fp32 | tf32) in a profile TOML and as ``gpu.math`` for one run; anything else is
-    refused with a one-line error naming the choices, before any work."""
+    """``math`` (fp32 | tf32 | bf16) in a profile TOML and as ``gpu.math`` for one run; anything else is
+    refused with a one-line error naming the choices, before any work. A bf16 profile never batches its
+    GEMMs (the batched GEMM is a float32 SGEMM)."""
     from workbench.agent.backend import Backend
     from workbench.config import GpuOverrides, load_config
 
     text = (tmp_path / "p.toml")
     text.write_text('name = "p"\nmath = "tf32"\n')
     assert load_profile(str(text)).math == "tf32"
-    text.write_text('name = "p"\nmath = "bf16"\n')  # not offered: workbench/cublas.py says why
-    with pytest.raises(ConfigError, match=r"math fp32\|tf32"):
+    text.write_text('name = "p"\nmath = "fp16"\n')
+    with pytest.raises(ConfigError, match=r"math fp32\|tf32\|bf16"):
         load_profile(str(text))
     b = Backend("cpu")
     assert b.sized(GpuOverrides(math="fp32")).math == "fp32"
     assert b.sized(load_config(None, ['gpu.math="tf32"']).gpu).math == "tf32"
     assert b.sized(GpuOverrides()).math == b.profile.math
-    with pytest.raises(ConfigError, match="gpu.math must be one of fp32, tf32, got 'bf16'"):
-        b.sized(GpuOverrides(math="bf16"))
+    with pytest.raises(ConfigError, match="gpu.math must be one of fp32, tf32, bf16, got 'fp16'"):
+        b.sized(GpuOverrides(math="fp16"))
+    batched = dict(gemm="cublas", batched_gemm=True)
+    assert GpuProfile(**batched, math="tf32").batches_gemms
+    assert not GpuProfile(**batched, math="bf16").batches_gemms
+    assert not GpuProfile(gemm="numba", batched_gemm=True).batches_gemms
 
 
 def test_sm_target_counts_a_gemms_large_tiles_whatever_the_population():

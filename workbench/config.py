@@ -100,8 +100,9 @@ class GpuOverrides:
                                   "profile's; off: our kernels after each GEMM)")
     pdl: str = _f("", "'off', 'programmatic' or 'order': programmatic dependent launch between a graph's kernels "
                       "('' = the profile's; the same results bit for bit)")
-    math: str = _f("", "'fp32' or 'tf32': the GEMMs' arithmetic with cuBLAS ('' = the profile's; tensor-core "
-                       "maths round the GEMMs' inputs, so results differ from fp32's: BENCHMARKS.md shows by how much)")
+    math: str = _f("", "'fp32', 'tf32' or 'bf16': the GEMMs' arithmetic ('' = the profile's; tensor-core maths "
+                       "round the GEMMs' inputs, so results differ from fp32's: BENCHMARKS.md shows by how much; "
+                       "tf32 with cuBLAS only, bf16 with either GEMM; the CPU backend computes fp32)")
 
 
 @dataclass(frozen=True)

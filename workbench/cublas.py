@@ -4,15 +4,14 @@ kernels). Row-major matrices, the same contract as ``cuda_kernels.dense.gemm_ker
 ``C = alpha * op(A) @ op(B) + beta * C``.
 
 Math modes (what a GPU profile's ``math`` and ``gpu.math`` name): ``fp32`` (default, CUBLAS_DEFAULT_MATH
-with TF32 disallowed) and ``tf32`` (CUBLAS_TF32_TENSOR_OP_MATH: SGEMM on tensor cores, inputs rounded to
-TF32, float32 accumulation), the latter only once its accuracy against fp32 is shown (BENCHMARKS.md).
-There is no bf16 mode: asked for bf16 arithmetic on float32 matrices (``cublasGemmEx`` and cuBLASLt with
-``CUBLAS_COMPUTE_32F_FAST_16BF``), cuBLAS ran TF32 kernels on the H200 (2026-12-05: a 512x384x256 GEMM's
-error 2.9e-4, TF32's, where rounding the inputs to bfloat16 gives ~1.3e-3; 300 updates bit for bit
-TF32's), so bf16 tensor cores need bfloat16 operands in memory (weights, activations and gradients
-copied to bfloat16). The pieces so far: :mod:`cuda_kernels.bf16` (float32 <-> bfloat16 on the device)
-and :meth:`workbench.cublaslt.CublasLt.matmul` on bfloat16 operands; the trainer keeps no bfloat16
-copies yet.
+with TF32 disallowed), ``tf32`` (CUBLAS_TF32_TENSOR_OP_MATH: SGEMM on tensor cores, inputs rounded to
+TF32, float32 accumulation) and ``bf16``. Asked for bf16 arithmetic on float32 matrices (``cublasGemmEx``
+and cuBLASLt with ``CUBLAS_COMPUTE_32F_FAST_16BF``), cuBLAS ran TF32 kernels on the H200 (2026-12-05: a
+512x384x256 GEMM's error 2.9e-4, TF32's, where rounding the inputs to bfloat16 gives ~1.3e-3; 300 updates
+bit for bit TF32's), so bf16 tensor cores need bfloat16 operands in memory: a ``bf16`` network
+(:class:`workbench.agent.network.DeviceNetwork`) keeps bfloat16 copies of its weights, observations,
+activations and gradients (:mod:`cuda_kernels.bf16`), and :meth:`gemm` sends bfloat16 operands to
+cuBLASLt (float32 accumulation). A float32 GEMM under ``bf16`` computes fp32.
 """
 from __future__ import annotations
 
@@ -26,7 +25,8 @@ from .cublaslt import PLAIN, CublasLt, EpilogueUnavailable, sm_target
 from .device import Device, DeviceError, device_pointer
 
 OP_N, OP_T = 0, 1
-MATH = {"fp32": 0 | 16, "tf32": 3}  # CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION; TF32
+# CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION; TF32; bf16: its float32 GEMMs as fp32's
+MATH = {"fp32": 0 | 16, "tf32": 3, "bf16": 0 | 16}
 
 
 class CublasUnavailable(DeviceError):

@@ -85,7 +85,8 @@ class CublasLt:
             raise EpilogueUnavailable(f"cannot load cuBLASLt: {exc}", "pip install nvmath-python (the 'gpu' "
                                       "extra), or set gpu.fused_epilogues = 'off'") from exc
         self.L, self.device, self.workspace = L, device, workspace
-        self.compute = {"fp32": int(B.ComputeType.COMPUTE_32F), "tf32": int(B.ComputeType.COMPUTE_32F_FAST_TF32)}
+        self.compute = {"fp32": int(B.ComputeType.COMPUTE_32F), "tf32": int(B.ComputeType.COMPUTE_32F_FAST_TF32),
+                        "bf16": int(B.ComputeType.COMPUTE_32F)}  # bf16: float32 accumulation of bfloat16 operands
         self.math = math
         self.pref = L.matmul_preference_create()
         self._set(L.matmul_preference_set_attribute, L.get_matmul_preference_attribute_dtype, self.pref,
@@ -122,8 +123,8 @@ class CublasLt:
         dset(A.EPILOGUE, int(epi))
         if bias is not None:
             dset(A.BIAS_POINTER, device_pointer(bias))
-            if c != R32F:  # a float32 bias beside a bfloat16 output (the default is the output's type)
-                dset(A.BIAS_DATA_TYPE, R32F)
+            if DATA_TYPES[bias.dtype] != c:  # a bias whose type is not the output's (the default is the output's)
+                dset(A.BIAS_DATA_TYPE, DATA_TYPES[bias.dtype])
         if target:
             dset(A.SM_COUNT_TARGET, int(target))
         if mask is not None:
@@ -135,7 +136,8 @@ class CublasLt:
         # the heuristic's choice depends on the problem, not on the buffers (it assumes the default 256-byte
         # alignment of every pointer): asked once per process for each problem, whatever the agent
         problem = (self.device.info.name, self.math, M, N, K, int(ta), int(tb), int(epi), bias is not None,
-                   mask is not None, int(target), int(self.workspace.size), ab, c)
+                   mask is not None, int(target), int(self.workspace.size), ab, c,
+                   DATA_TYPES[bias.dtype] if bias is not None else -1)
         results = _HEURISTICS.get(problem)
         if results is None:
             results = L.MatmulHeuristicResult(1)

@@ -318,7 +318,7 @@ class WalkForward:
 
         def on_group(group, size, per_agent):
             prof = backend.sized(cfg.gpu)
-            batched = prof.batched_gemm and prof.gemm == "cublas"
+            batched = prof.batches_gemms
             plan.update(agents_per_graph=size, seeds_per_fold=cfg.training.seeds,
                         device_mib_per_agent=round(per_agent / 2**20, 1),
                         chosen_by="gpu.population" if prof.population else "free device memory (gpu.population = 0)",

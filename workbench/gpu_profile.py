@@ -16,7 +16,7 @@ from .errors import ConfigError
 from .graph_edges import PORTS as PDL_MODES
 from .resources import config_dir
 
-MATHS = ("fp32", "tf32")  # no bf16: workbench/cublas.py says why
+MATHS = ("fp32", "tf32", "bf16")  # the GEMMs' arithmetic (workbench/cublas.py)
 
 
 @dataclass(frozen=True)
@@ -29,9 +29,11 @@ class GpuProfile:
     n_envs: int = _f(256, "parallel environments")
     replay_vram_fraction: float = _f(0.05, "share of free device memory for the replay ring")
     gemm: str = _f("numba", "'cublas' or 'numba'")
-    math: str = _f("fp32", "the GEMMs' arithmetic: 'fp32' or 'tf32' (tensor cores, inputs rounded to TF32, float32 "
-                           "accumulation; weights and every other kernel float32); cuBLAS only, the Numba GEMM "
-                           "computes fp32")
+    math: str = _f("fp32", "the GEMMs' arithmetic: 'fp32', 'tf32' (tensor cores, inputs rounded to TF32, float32 "
+                           "accumulation; weights and every other kernel float32; cuBLAS only, the Numba GEMM "
+                           "computes fp32) or 'bf16' (the GEMMs' operands rounded to bfloat16 in memory: weights, "
+                           "observations, the trunk's activations and the backward's gradients; float32 "
+                           "accumulation, float32 master weights, Adam, loss and heads; both GEMM backends)")
     population: int = _f(0, "agents trained side by side in one graph: 0 = as many as fit in free device memory, "
                             "1 = one at a time")
     batched_gemm: bool = _f(False, "from 8 agents on, a population's agents' same GEMM of an update as one batched "
@@ -51,6 +53,13 @@ class GpuProfile:
                          "the one before to finish, so the results are the same bit for bit")
     fused_epilogues: bool = _f(True, "the trunk's bias + ReLU (and their gradients) inside cuBLASLt's GEMMs where "
                                      "nvmath-python loads (false: our kernels after each GEMM)")
+
+
+    @property
+    def batches_gemms(self) -> bool:
+        """Whether a population's same GEMM runs as one batched cuBLAS GEMM (``batched_gemm``): cuBLAS and
+        float32 operands (the batched SGEMM; bf16 operands keep each agent's GEMMs on its lane)."""
+        return self.batched_gemm and self.gemm == "cublas" and self.math != "bf16"
 
 
 def load_profile(name_or_path: str) -> GpuProfile:

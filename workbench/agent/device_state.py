@@ -309,15 +309,17 @@ class Networks(NamedTuple):
 
 
 def alloc_networks(device: Device, gemm, shape: NetShape, learner: Learner, n_envs: int, batch: int,
-                   backtest_rows: int, fused: bool = False) -> Networks:
+                   backtest_rows: int, fused: bool = False, bf16: bool = False) -> Networks:
     """The four networks' workspaces; ``fused``: their trunk's bias and ReLU inside the GEMMs where the
     GEMM backend can (cuBLASLt), the online network (the one that backpropagates, the only one with
     gradient workspaces) keeping ReLU masks for a fused backward
     (:attr:`~workbench.agent.network.DeviceNetwork.fuses_backward`). The update's two (online, target) run
     their heads in the loss's launch, so they hold no head outputs of their own; the envs' and the
-    backtest's act on Q alone, so they keep no log-probabilities."""
+    backtest's act on Q alone, so they keep no log-probabilities. ``bf16``: every network's GEMMs on
+    bfloat16 operands (``gpu.math = "bf16"``: :class:`~workbench.agent.network.DeviceNetwork`), acting and
+    backtesting too, so the policy evaluated computes as the one trained."""
     mk = lambda rows, **kw: DeviceNetwork(device, gemm, shape, rows, learner.support,  # noqa: E731
-                                          learner.branch_sizes, learner.branch_offsets, fused, **kw)
+                                          learner.branch_sizes, learner.branch_offsets, fused, bf16=bf16, **kw)
     return Networks(env=mk(n_envs, logp=False, backward=False), online=mk(2 * batch, masks=True, head=False),
                     t2=mk(batch, head=False, backward=False), backtest=mk(backtest_rows, logp=False, backward=False))
 
@@ -352,4 +354,4 @@ def alloc_state(device: Device, gemm, profile, cfg, w: Window, seed: int, norm_b
         rollout=alloc_rollout(mem, profile.n_envs, cfg.rollout_steps, cfg.n_step),
         batch=alloc_batch(mem, shape, profile.batch), backtest=alloc_backtest(mem, shape, w.n_bars, chunk),
         nets=alloc_networks(device, gemm, shape, learner, profile.n_envs, profile.batch, chunk * N_POS,
-                            profile.fused_epilogues), shape=shape)
+                            profile.fused_epilogues, profile.math == "bf16"), shape=shape)

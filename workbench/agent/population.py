@@ -72,7 +72,7 @@ class GpuPopulation:
         of its meetings would batch (fewer agents than it batches from, or a GEMM that cannot batch):
         then each agent's passes run on its lane as they are."""
         prof = ts[0].profile
-        if not prof.batched_gemm or len({(getattr(t.gemm, "name", ""), t.state.shape, t.state.batch.size)
+        if not prof.batches_gemms or len({(getattr(t.gemm, "name", ""), t.state.shape, t.state.batch.size)
                                          for t in ts}) != 1:
             return None
         if self.gemm is None:
