@@ -26,6 +26,7 @@ from train_step import ATOMS, B, BRANCHES, F, H, N_POS, ms_per_step
 def main() -> int:
     from numba import cuda
 
+    from workbench.agent.device_state import LAYOUT_ALIGN, OBS_ALIGN
     from workbench.agent.gemm import make_gemm
     from workbench.agent.network import DeviceNetwork, NetShape, init_params, views
     from workbench.device import Device
@@ -40,7 +41,8 @@ def main() -> int:
     device = Device()
     sim = device.simulator
     rows, hidden, atoms = (8, 16, 5) if sim else (B, H, ATOMS)
-    shape = NetShape(obs_dim=F + N_POS, hidden=hidden, atoms=atoms, branch_sizes=BRANCHES, align=4)
+    shape = NetShape(obs_dim=F + N_POS, hidden=hidden, atoms=atoms, branch_sizes=BRANCHES, align=LAYOUT_ALIGN,
+                     obs_align=OBS_ALIGN)  # the device layout
     rng = np.random.default_rng(0)
     consts = (cuda.to_device(np.linspace(-10, 10, atoms).astype(np.float32)),
               cuda.to_device(np.array(shape.branch_sizes, np.int32)), cuda.to_device(np.array(shape.branch_offsets, np.int32)))
@@ -99,7 +101,7 @@ def main() -> int:
             out["results"]["bf16"][f"{k}_rel_diff_vs_tf32"] = rel
             print(f"bf16 against tf32, {k}: relative difference {rel:.2e}")
         W1 = views(results["bf16"]["grads"], shape)["W1"]
-        assert not W1[shape.obs_dim:].any(), "the observations' padding column's weight gradient must stay zero"
+        assert not W1[shape.obs_dim:].any(), "the observations' padding columns' weight gradient must stay zero"
     if args.json:
         json.dump(out, open(args.json, "w"), indent=1)
     return 0

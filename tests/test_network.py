@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 from numba import cuda
 
+from workbench.agent.device_state import LAYOUT_ALIGN, OBS_ALIGN
 from workbench.agent.gemm import make_gemm
 from cuda_kernels import bf16
 from workbench.agent.network import (DeviceNetwork, NetShape, backward_ref, device_obs, forward_ref, init_params, relayout,
@@ -52,11 +53,11 @@ def _consts(shape: NetShape) -> tuple:
 
 
 def test_the_padded_layout_changes_no_result(rng):
-    """The same weights and observations in the host layout and in the device layout (observations
-    23 -> 24 columns, so W1's rows; the head 50 -> 52): Q, log-probabilities and every gradient equal bit
-    for bit with the Numba GEMM, whose sums only gain exact zeros; within rounding with cuBLAS, which may
-    run another kernel for another width."""
-    pad = NetShape(obs_dim=23, hidden=16, atoms=5, align=4)
+    """The same weights and observations in the host layout and in a padded layout (observations 23 -> 24
+    columns, so W1's rows; the head 50 -> 52): Q, log-probabilities and every gradient equal bit for bit
+    with the Numba GEMM, whose sums only gain exact zeros; within rounding with cuBLAS, which may run
+    another kernel for another width."""
+    pad = NetShape(obs_dim=23, hidden=16, atoms=5, align=4, obs_align=4)
     host = pad.host
     rows = 9
     params = init_params(host, seed=int(rng.integers(0, 1000)))
@@ -104,7 +105,7 @@ def test_a_bf16_network_against_its_reference(rng):
     sums (at most a step apart beside a boundary), the head, d2, d1 (after the ReLU gradient) and every
     gradient to float32 accumulation's error, and the bfloat16 copies of d2 and d1 exactly d2 and d1
     rounded; a missing or extra rounding anywhere fails. And it differs from the float32 network."""
-    shape = NetShape(obs_dim=23, hidden=32, atoms=5, align=4)
+    shape = NetShape(obs_dim=23, hidden=32, atoms=5, align=LAYOUT_ALIGN, obs_align=OBS_ALIGN)  # the device's layout
     rows = 12
     params = init_params(shape, seed=int(rng.integers(0, 1000)))
     params += relayout(rng.normal(0, 0.05, shape.host.n_params).astype(np.float32), shape.host, shape)
@@ -155,13 +156,13 @@ def test_a_bf16_network_against_its_reference(rng):
     close(g["b2"], d2.sum(axis=0), "b2")
     close(g["W1"], xr.T @ wide(bwd["d1_16"]), "W1")
     close(g["b1"], d1.sum(axis=0), "b1")
-    assert (g["W1"][shape.obs_dim:] == 0).all()
+    assert (g["W1"][shape.obs_dim:] == 0).all()  # any padding rows
     assert np.abs(grads[True] - grads[False]).max() > 1e-4 * np.abs(grads[False]).max()  # bf16 is not fp32
 
 
 def test_relayout_round_trip_and_init_in_every_layout():
     host = NetShape(obs_dim=7, hidden=8, atoms=3)  # at align 4: head width 30 -> 32 columns, inputs 7 -> 8
-    pad = NetShape(obs_dim=7, hidden=8, atoms=3, align=4)
+    pad = NetShape(obs_dim=7, hidden=8, atoms=3, align=4, obs_align=4)
     assert pad.head_cols == 32 and pad.obs_cols == 8
     assert pad.n_params == host.n_params + 8 + 8 * 2 + 2  # a row of W1, two columns of W3 and of b3
     p = init_params(host, seed=3)

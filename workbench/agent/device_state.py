@@ -26,9 +26,12 @@ from ..device import Device, HostSlot
 from .network import DeviceNetwork, NetShape, init_params
 from .window import N_POS, Window
 
-# rows a GEMM reads or writes on the device (the observations', W3's and the head's): a multiple of 4 floats
-# (16 bytes), so cuBLAS can use its vectorised and tensor-core kernels (network.NetShape.obs_cols, head_cols)
+# rows the head's GEMMs read or write on the device (W3's and the head's): a multiple of 4 floats (16 bytes),
+# so cuBLAS can use its vectorised and tensor-core kernels (network.NetShape.head_cols)
 LAYOUT_ALIGN = 4
+# the observations' rows (network.NetShape.obs_cols): not padded. Padded to 24 floats, every TF32 run on the
+# H200 died of SIGFPE inside the GEMM library (2026-12-07; fp32 ran), so 23 as before until that is explained
+OBS_ALIGN = 1
 # bytes of replay memory per transition: both stores, priority, owner, its share of the sub-tile totals and
 # of the prefix sum's levels
 BYTES_PER_TRANSITION = K_ro.N_INT * 4 + K_ro.N_FLOAT * 4 + 4 + 4 + 16 / K_scan.SUB
@@ -343,7 +346,8 @@ def alloc_state(device: Device, gemm, profile, cfg, w: Window, seed: int, norm_b
     """Allocate and upload a fold's whole device state, every buffer at its starting value; ``window``: the
     fold's bars already on the device (another agent's upload of the same window: kernels only read them)."""
     mem = Mem(device)
-    shape = NetShape(obs_dim=w.n_features + N_POS, hidden=profile.hidden, atoms=profile.atoms, align=LAYOUT_ALIGN)
+    shape = NetShape(obs_dim=w.n_features + N_POS, hidden=profile.hidden, atoms=profile.atoms, align=LAYOUT_ALIGN,
+                     obs_align=OBS_ALIGN)
     learner = alloc_learner(mem, shape, cfg, seed, norm_blocks)
     n_new = profile.n_envs * cfg.rollout_steps
     chunk = backtest_chunk_bars(device, w)

@@ -6,13 +6,15 @@ one flat buffer (``W1, b1, W2, b2, W3, b3`` in that order, row-major ``W[in, out
 gradient norm and the EMA target update are one launch each; gradients share the layout.
 
 The host layout (weights.npy, the CPU backend, :func:`init_params`) is exactly that. The GPU keeps
-rows of ``align`` floats at least wherever a GEMM reads or writes them: ``W3``'s rows, and the head's
-activations and gradients (:attr:`NetShape.head_cols`: 510 -> 512 at the reference shape), and the
-observations' rows, so ``W1``'s rows (:attr:`NetShape.obs_cols`: 23 -> 24), the extra columns zero:
-rows of 510 floats are not 16-byte aligned, and cuBLAS then runs the head's GEMMs without its vectorised
-and tensor-core kernels (TF32 1024 x 512 x 510: 21 us against 7.6 us at 512 wide, measured on the
-H200); with 23-wide observations the first layer's GEMMs ran another kernel family, at ~20 TFLOP/s
-where the 512-wide GEMMs ran at ~200 (H100, 16 agents, TF32: BENCHMARKS.md; 24 wide not yet measured).
+rows of ``align`` floats at least where the head's GEMMs read or write them: ``W3``'s rows, and the
+head's activations and gradients (:attr:`NetShape.head_cols`: 510 -> 512 at the reference shape), the
+extra columns zero: rows of 510 floats are not 16-byte aligned, and cuBLAS then runs the head's GEMMs
+without its vectorised and tensor-core kernels (TF32 1024 x 512 x 510: 21 us against 7.6 us at 512
+wide, measured on the H200). The observations' rows, so ``W1``'s rows, can be padded alike
+(``obs_align``, :attr:`NetShape.obs_cols`: 23 -> 24 at 4), which PyTorch's GEMMs measured 5.6 -> 4.8 us
+per agent for the first layer's three TF32 GEMMs (H200, 16 lanes); the device layout does not pad them
+(``device_state.OBS_ALIGN``): with 24-wide observations our TF32 runs died of SIGFPE inside the GEMM
+library on the H200 (2026-12-07), found and not yet explained.
 ``b3`` is padded alike, so the head GEMM adds the head's bias in its epilogue (a bias of the GEMM's
 width) and the dueling head and the loss read one array. The observation's padding column is written
 zero once, when its buffer is allocated, and never again (the kernels that fill observations write their
@@ -44,8 +46,9 @@ class NetShape:
     hidden: int
     atoms: int
     branch_sizes: tuple[int, ...] = (3, 3, 3)
-    align: int = 1  # the device layout: the observations' columns (so W1's rows) and W3's and the head's columns
-    #                 padded to a multiple of this many floats (module docstring); 1, the host layout
+    align: int = 1  # the device layout: W3's and the head's columns padded to a multiple of this many floats
+    #                 (module docstring); 1, the host layout
+    obs_align: int = 1  # the observations' columns (so W1's rows) padded alike
 
     @property
     def n_actions(self) -> int:
@@ -63,12 +66,12 @@ class NetShape:
     @property
     def obs_cols(self) -> int:
         """Columns of the observations and rows of W1 in this layout (``obs_dim`` rounded up)."""
-        return _round_up(self.obs_dim, self.align)
+        return _round_up(self.obs_dim, self.obs_align)
 
     @property
     def host(self) -> "NetShape":
         """This network in the host layout (no padding)."""
-        return replace(self, align=1)
+        return replace(self, align=1, obs_align=1)
 
     @property
     def branch_offsets(self) -> tuple[int, ...]:
