@@ -65,7 +65,7 @@ def test_bf16_operands_through_cublaslt(rng, device, blas, M, N, K, ta, tb):
     """bfloat16 operands in memory (converted on the device by ``to_bf16_kernel``) through cuBLASLt, the
     update's GEMM shapes: the product equals the float64 product of the bf16-rounded inputs to float32
     accumulation's error, so the whole of bf16's error is the inputs' rounding (reported against the exact
-    product: ~1e-3); a trunk layer's forward (bias + ReLU, its ReLU bit mask) with a bfloat16 output is
+    product: ~1e-3); a trunk layer's forward (bias + ReLU, a bfloat16 bias) with a bfloat16 output is
     that product's bias + ReLU rounded once to bfloat16."""
     if blas.lt is None:
         pytest.skip(f"cuBLASLt unavailable: {blas.lt_error}")
@@ -97,9 +97,9 @@ def test_bf16_operands_through_cublaslt(rng, device, blas, M, N, K, ta, tb):
     if ta:
         return  # a weight gradient: no epilogue
     H = cuda.to_device(np.full((M, N), 0x7FC0, np.uint16), stream=st)
-    blas.lt.matmul(A16, B16, H, ta, tb, "relu_bias", cuda.to_device(bias, stream=st))
+    blas.lt.matmul(A16, B16, H, ta, tb, "relu_bias", to16(bias))  # a bias of the output's type, as the network's
     device.synchronize()
-    want = np.maximum(ref + bias, 0.0)
+    want = np.maximum(ref + rounded(bias), 0.0)
     h = bf16.from_bf16_ref(H.copy_to_host()).astype(np.float64)
     # one bf16 rounding of float32's result (half a step, 2^-9), and float32's accumulation error near zero
     assert np.all(np.abs(h - want) <= 2.0**-8 * np.abs(want) + 1e-5 * np.abs(ref).max())

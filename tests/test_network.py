@@ -127,6 +127,7 @@ def test_a_bf16_network_against_its_reference(rng):
         device.synchronize()
         if is_bf16:
             fwd = {k: getattr(net, k).copy_to_host() for k in ("h1", "h2", "head")}
+            bias16 = net.bias16
         net.backward(p_dev, g_dev, x_dev, cuda.to_device(dhead))
         device.synchronize()
         grads[is_bf16] = g_dev.copy_to_host()
@@ -138,8 +139,9 @@ def test_a_bf16_network_against_its_reference(rng):
     W = {k: r(p[k]) for k in ("W1", "W2", "W3")}
     xr, dr = r(x), r(dhead)
     h1, h2 = wide(fwd["h1"]), wide(fwd["h2"])
-    assert fwd["h1"].dtype == np.uint16 and _one_bf16_step_apart(fwd["h1"], np.maximum(xr @ W["W1"] + p["b1"], 0))
-    assert _one_bf16_step_apart(fwd["h2"], np.maximum(h1 @ W["W2"] + p["b2"], 0))
+    b = {k: r(p[k]) if bias16 else p[k] for k in ("b1", "b2")}  # the trunk's biases as the network read them
+    assert fwd["h1"].dtype == np.uint16 and _one_bf16_step_apart(fwd["h1"], np.maximum(xr @ W["W1"] + b["b1"], 0))
+    assert _one_bf16_step_apart(fwd["h2"], np.maximum(h1 @ W["W2"] + b["b2"], 0))
     close = lambda got, want, what: np.testing.assert_allclose(got, want, rtol=1e-5,  # noqa: E731
                                                                atol=1e-5 * float(np.abs(want).max()), err_msg=what)
     close(fwd["head"], h2 @ W["W3"] + p["b3"], "head")

@@ -213,6 +213,10 @@ class DeviceNetwork:
         # masks, one bit per (row, column), for the backward's fused ReLU gradient (masks: only a network
         # that backpropagates needs them)
         self.fused = bool(fused and getattr(gemm, "fuses_epilogues", False))
+        # a bf16 network's trunk biases as its forward reads them: bfloat16 (the weights' copy) where
+        # cuBLASLt's epilogue writes the bfloat16 activations (a bias of the output's type, its default),
+        # float32 where our epilogue does
+        self.bias16 = self.bf16 and self.fused
         nbytes = mask_ld(H) // 8
         self.mask1, self.mask2 = ((cuda.device_array((rows, nbytes), np.uint8, stream=s),
                                    cuda.device_array((rows, nbytes), np.uint8, stream=s))
@@ -325,13 +329,14 @@ class DeviceNetwork:
 
     def _forward_bf16_trunk(self, params_flat, x, p, w):
         """A bf16 forward's first steps: the weights (into ``w``'s buffer) and observations converted, then
-        the trunk's two layers writing bfloat16 activations (inside cuBLASLt's GEMMs, or our epilogue from a
-        float32 output)."""
+        the trunk's two layers writing bfloat16 activations (inside cuBLASLt's GEMMs, with the biases'
+        bfloat16 copies, or our epilogue from a float32 output, with the float32 biases: :attr:`bias16`)."""
         st, sim, f, d = self.device.stream, self.device.simulator, self.fused, self.device
         _to_bf16(params_flat, self.p16, st, sim)
         _to_bf16(x, self.x16, st, sim)
-        for a, W, b, h, hf in ((self.x16, w["W1"], p["b1"], self.h1, self.h1f),
-                               (self.h1, w["W2"], p["b2"], self.h2, self.h2f)):
+        b = w if self.bias16 else p
+        for a, W, b, h, hf in ((self.x16, w["W1"], b["b1"], self.h1, self.h1f),
+                               (self.h1, w["W2"], b["b2"], self.h2, self.h2f)):
             yield (Gemm(a, W, h, 0, 0, self.gemm, Epilogue(RELU_BIAS, b, h, None, True, d)) if f else
                    Gemm(a, W, hf, 0, 0, self.gemm, Epilogue(RELU_BIAS, b, hf, None, False, d, dst16=h)))
 
