@@ -35,9 +35,11 @@ def population(P: int, steps: int, fused: bool = True, pdl_modes=(), maths=("fp3
     from workbench.gpu_profile import GpuProfile
     from workbench.markets import load_market
 
+    if "bf16" in maths and len(maths) > 1:
+        raise SystemExit("bf16 allocates bfloat16 networks: measure it in a run of its own (--maths bf16)")
     device = Device()
     prof = GpuProfile(name="bench", hidden=H, atoms=ATOMS, batch=B, n_envs=4096, replay_vram_fraction=0.5,
-                      gemm="cublas", math="fp32", fused_epilogues=fused)
+                      gemm="cublas", math="bf16" if "bf16" in maths else "fp32", fused_epilogues=fused)
     cfg = TrainConfig(replay_capacity=CAP, rollout_steps=256, learning_starts=0)
     w = _window()
     t0 = time.perf_counter()
@@ -77,7 +79,7 @@ def population(P: int, steps: int, fused: bool = True, pdl_modes=(), maths=("fp3
         row[math] = {"ms_per_launch": ms, "agent_updates_per_s": P * 1e3 / ms, "ms_per_agent_update": ms / P,
                      "graph_nodes": upd.n_nodes, "capture_s": capture_s,
                      "loop_ms_per_update": loop_ms, "loop_agent_updates_per_s": P * 1e3 / loop_ms}
-        for name in ("batched",) if P > 1 else ():
+        for name in ("batched",) if P > 1 and math != "bf16" else ():  # bf16: nothing batches
             # the agents meeting at every GEMM for one batched GEMM each (a population does from 8 agents)
             t2 = time.perf_counter()
             batched = device.capture_loops(loops, meet=GemmMeeting(device, make_gemm(device, "cublas", math), 2))

@@ -91,8 +91,9 @@ class GemmMeeting:
         return self.can_batch and n_agents >= max(2, self.min_agents)
 
     def joins(self, calls) -> bool:
-        """Whether this meeting batches (and so joins the agents): :meth:`batches` for its calls."""
-        return self.batches(len(calls))
+        """Whether this meeting batches (and so joins the agents): :meth:`batches` for its calls, on float32
+        operands (the batched GEMM is an SGEMM; bfloat16 operands run on each agent's lane)."""
+        return self.batches(len(calls)) and calls[0].A.dtype == np.float32
 
     def _addresses(self, calls) -> np.ndarray:
         shapes = {self._shape(c) for c in calls}
