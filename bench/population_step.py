@@ -145,7 +145,8 @@ def _pieces(t) -> dict:
 def _gemms(t, params, x) -> None:
     from workbench.agent.network import views
 
-    p, n = views(params, t.state.shape), t.state.nets.online
+    n = t.state.nets.online
+    p, x = (views(n.p16, t.state.shape), n.x16) if n.bf16 else (views(params, t.state.shape), x)  # as its forward reads
     t.gemm.gemm(x, p["W1"], n.h1)
     t.gemm.gemm(n.h1, p["W2"], n.h2)
     t.gemm.gemm(n.h2, p["W3"], n.head)

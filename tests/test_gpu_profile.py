@@ -45,7 +45,8 @@ def test_gemm_math_is_a_profile_setting_and_a_run_override(tmp_path):
 def test_sm_target_counts_a_gemms_large_tiles_whatever_the_population():
     """A population's GEMM is planned for as many SMs as its output has large tiles (128 x 256 TF32,
     128 x 128 fp32), whatever the number of agents (so an agent's results do not depend on it); a GEMM
-    with a tile for every SM keeps cuBLAS's own choice (0)."""
+    with a tile for every SM, or a single tile (W1's gradient: what crashed cuBLASLt's heuristic with
+    SIGFPE when asked for one SM), keeps cuBLAS's own choice (0)."""
     from workbench.cublaslt import sm_target
 
     assert sm_target(2048, 512, 132, "tf32") == 32
@@ -54,6 +55,7 @@ def test_sm_target_counts_a_gemms_large_tiles_whatever_the_population():
     assert sm_target(1024, 510, 132, "tf32") == 16  # a part tile counts
     assert sm_target(1024, 512, 132, "fp32") == 32
     assert sm_target(4096, 4096, 132, "tf32") == 0  # more tiles than SMs: every SM
+    assert sm_target(24, 512, 132, "tf32") == sm_target(20, 512, 132, "fp32") == 0  # one tile: cuBLAS's choice
 
 
 def test_a_backend_started_early_is_made_on_its_own_thread_and_handed_over_once(monkeypatch):

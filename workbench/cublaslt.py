@@ -54,9 +54,13 @@ def sm_target(M: int, N: int, sms: int, math: str) -> int:
     on the GEMM's shape alone, not on how many agents run, so an agent's GEMMs, and so its results, are
     the same in a population of any size. Measured on the H100 (``bench/lt_algo_probe.py``, 16 lanes,
     TF32, us per agent): 2048 x 512 x 512 10.4 -> 5.0 (target 33), 1024 x 512 x 512 5.0 -> 2.9 (16),
-    512 x 512 x 1024 (a weight gradient) 7.7 -> 3.6 (8)."""
+    512 x 512 x 1024 (a weight gradient) 7.7 -> 3.6 (8). A GEMM of one tile keeps cuBLAS's own choice
+    too: asked for one SM, cuBLASLt's heuristic killed the process with SIGFPE for a TF32 GEMM of 24 x 512
+    outputs (W1's gradient with 24-wide observations, K = 1024; H100, 2026-12-07; 23 x 512 and target 0
+    ran: ``bench/results/cublaslt_shapes_sigfpe_h100.txt``), and observations are 20 wide on files
+    without order flow."""
     tiles = -(-M * N // TILE_AREA.get(math, TILE_AREA["fp32"]))
-    return 0 if tiles >= sms else int(tiles)
+    return 0 if tiles >= sms or tiles <= 1 else int(tiles)
 
 
 def mask_ld(cols: int) -> int:
