@@ -11,7 +11,8 @@ bfloat16 operands; :func:`to_bf16_ref` and :func:`from_bf16_ref` are their NumPy
 They are the first pieces of bf16 GEMM operands in memory, which cuBLAS needs before it runs bf16 tensor
 cores (``workbench/cublas.py`` says why); :mod:`cuda_kernels.dense` has the simulator's GEMM on bf16
 operands and a bf16 layer's unfused epilogues, and ``DeviceNetwork(bf16=True)``
-(:mod:`workbench.agent.network`) runs a network on them. The trainer does not use them yet.
+(:mod:`workbench.agent.network`) runs a network on them, and :func:`cuda_kernels.optim.adam_bf16_kernel`
+writes the weights' copies (``gpu.math = "bf16"``).
 """
 from __future__ import annotations
 

@@ -12,8 +12,9 @@ import math
 
 import numpy as np
 
-from .nb import (WARP, cuda, float32, float64, fold_to_warp, int32, int64, kernel, last_to_arrive, void, warp_max,
-                 U, grid_wait, warp_sum, warp_sum64)
+from .bf16 import to_bf16
+from .nb import (WARP, cuda, device_function, float32, float64, fold_to_warp, int32, int64, kernel, last_to_arrive,
+                 uint16, void, warp_max, U, grid_wait, warp_sum, warp_sum64)
 
 # The gradient norm's launch shape (bench/tail_probe.py, H100, 535K parameters): 128 blocks of 256 threads
 # took 8.65 us alone and 1.09 us per agent in 16 lanes, against 12.73 and 6.52 for 256 blocks of 1024
@@ -108,8 +109,42 @@ def step_increment_kernel(step_arr):
         step_arr[0] += 1
 
 
-@kernel(void(float32[::1], float32[::1], float32[::1], float32[::1], int64, float32[::1], float32, float32,
-               float32, float32, int64[::1], float32[::1], int32[::1], float32[::1], float32))
+@device_function
+def _adam_scalars(step_arr, beta1, beta2, lr_arr, clip):
+    """An Adam launch's scalars: the bias corrections ``1 - beta ** t`` (t = ``step_arr[0]``; two float64
+    powers once a block, not once a thread, shared through shared memory: every thread of the block calls
+    this), the learning rate and the gradient's clip scale."""
+    bc = cuda.shared.array(2, float64)
+    if cuda.threadIdx.x == 0:
+        t = float64(step_arr[0])
+        bc[0] = 1.0 - float64(beta1) ** t
+        bc[1] = 1.0 - float64(beta2) ** t
+    cuda.syncthreads()
+    return bc[0], bc[1], float64(lr_arr[0]), clip[1]
+
+
+@device_function
+def _adam_element(p, g, m, v, target, i, scale, beta1, beta2, eps, weight_decay, lr, bc1, bc2, tau):
+    """Adam on element ``i`` of the weights, then the target's Polyak average of it; returns the new
+    weight and target (both also stored)."""
+    gi = g[i] * scale
+    mi = beta1 * m[i] + (float32(1.0) - beta1) * gi
+    vi = beta2 * v[i] + (float32(1.0) - beta2) * gi * gi
+    m[i] = mi
+    v[i] = vi
+    upd = (mi / bc1) / (math.sqrt(vi / bc2) + eps) + weight_decay * p[i]  # sqrt: not pow(x, 0.5)
+    pi = float32(p[i] - lr * upd)
+    p[i] = pi
+    ti = (float32(1.0) - tau) * target[i] + tau * pi
+    target[i] = ti
+    return pi, ti
+
+
+_ADAM_SIG = (float32[::1], float32[::1], float32[::1], float32[::1], int64, float32[::1], float32, float32, float32,
+             float32, int64[::1], float32[::1], int32[::1], float32[::1], float32)
+
+
+@kernel(void(*_ADAM_SIG))
 def adam_kernel(p, g, m, v, n, lr_arr, beta1, beta2, eps, weight_decay, step_arr, clip, guard, target, tau):
     """Adam on the online weights, then the target's Polyak average of them, element by element.
 
@@ -122,27 +157,27 @@ def adam_kernel(p, g, m, v, n, lr_arr, beta1, beta2, eps, weight_decay, step_arr
     grid_wait()
     if guard[0] != 0:
         return
-    bc = cuda.shared.array(2, float64)
-    if cuda.threadIdx.x == 0:  # the bias corrections' two float64 powers once a block, not once a thread
-        t = float64(step_arr[0])
-        bc[0] = 1.0 - float64(beta1) ** t
-        bc[1] = 1.0 - float64(beta2) ** t
-    cuda.syncthreads()
-    bc1 = bc[0]
-    bc2 = bc[1]
-    lr = float64(lr_arr[0])
-    scale = clip[1]
+    bc1, bc2, lr, scale = _adam_scalars(step_arr, beta1, beta2, lr_arr, clip)
     for i0 in range(cuda.grid(1), n, cuda.gridsize(1)):
         i = U(i0)  # unsigned: no wraparound select on each of the nine accesses
-        gi = g[i] * scale
-        mi = beta1 * m[i] + (float32(1.0) - beta1) * gi
-        vi = beta2 * v[i] + (float32(1.0) - beta2) * gi * gi
-        m[i] = mi
-        v[i] = vi
-        upd = (mi / bc1) / (math.sqrt(vi / bc2) + eps) + weight_decay * p[i]  # sqrt: not pow(x, 0.5)
-        pi = float32(p[i] - lr * upd)
-        p[i] = pi
-        target[i] = (float32(1.0) - tau) * target[i] + tau * pi
+        _adam_element(p, g, m, v, target, i, scale, beta1, beta2, eps, weight_decay, lr, bc1, bc2, tau)
+
+
+@kernel(void(*_ADAM_SIG, uint16[::1], uint16[::1]))
+def adam_bf16_kernel(p, g, m, v, n, lr_arr, beta1, beta2, eps, weight_decay, step_arr, clip, guard, target, tau,
+                     p16, target16):
+    """:func:`adam_kernel`, and the new weights and target rounded to bfloat16 into ``p16`` and ``target16``
+    (uint16 [n]: the bfloat16 copies a bf16 network's GEMMs read, ``gpu.math = "bf16"``), in the same pass:
+    the copies stay the float32 weights rounded, as converting them before each forward would make them."""
+    grid_wait()
+    if guard[0] != 0:
+        return
+    bc1, bc2, lr, scale = _adam_scalars(step_arr, beta1, beta2, lr_arr, clip)
+    for i0 in range(cuda.grid(1), n, cuda.gridsize(1)):
+        i = U(i0)
+        pi, ti = _adam_element(p, g, m, v, target, i, scale, beta1, beta2, eps, weight_decay, lr, bc1, bc2, tau)
+        p16[i] = to_bf16(pi)
+        target16[i] = to_bf16(ti)
 
 
 @kernel(void(float32[::1], float32))

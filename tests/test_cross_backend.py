@@ -167,3 +167,47 @@ def test_a_bf16_update_is_the_fp32_update_within_bfloat16_rounding(bars, fold_ge
           f"bf16 loss {l16:.1e} gradients {g16:.1e}")
     assert l16 < 2e-3 and g16 < 2e-2
     assert g16 > 10 * g32 and l16 > 10 * l32
+
+
+@pytest.mark.slow
+def test_bf16_weights_written_by_adam_train_what_converting_before_each_forward_trains(bars, fold_gemm, monkeypatch):
+    """``gpu.math = "bf16"``: the update's and the envs' networks read the learner's bfloat16 weights, which
+    Adam and the EMA write beside the float32 ones (``optim.adam_bf16_kernel``) and a restore converts
+    again. A fold trained so equals, bit for bit, the same fold whose networks convert the float32 weights
+    before each forward (the copies are the same rounding of the same weights); the copies end equal to
+    the weights rounded; after updates and a restore they are the restored weights rounded."""
+    from cuda_kernels import bf16
+    from workbench.agent import network
+
+    feats = build_features(bars)
+    fold = dict(train_start=300, train_stop=600, val_start=610, val_stop=618, test_start=630, test_stop=638)
+    w = make_window(bars, feats, fold)
+    prof = GpuProfile(hidden=8, atoms=3, batch=4, n_envs=2, math="bf16")
+    cfg = TrainConfig(epochs=2, rollout_steps=2, n_step=1, episode_len=20, learning_starts=0, max_steps_per_epoch=2,
+                      replay_capacity=1024, v_min=-2.0, v_max=2.0, lr=1e-3, eps_start=0.5, eps_end=0.5)
+    device = Device()
+    runs = {}
+    for mode in ("adam writes them", "each forward converts"):
+        if mode == "each forward converts":
+            make = network.DeviceNetwork.__init__
+            monkeypatch.setattr(network.DeviceNetwork, "__init__",
+                                lambda self, *a, weights16=None, **kw: make(self, *a, **kw))
+        t = DeviceTrainer(device, fold_gemm(device), prof, cfg, bars.market, 100_000.0, seed=5)
+        runs[mode] = (t, t.train_fold(w))
+        assert all(n.converts_weights == (mode == "each forward converts" or n is t.state.nets.backtest)
+                   for n in t.state.nets)
+    (t, a), (_, b) = runs["adam writes them"], runs["each forward converts"]
+    assert [e.loss for e in a.epochs] == [e.loss for e in b.epochs] and a.epochs[-1].updates == 2
+    assert np.array_equal(a.params, b.params) and np.array_equal(a.test_pnl, b.test_pnl)
+    lr = t.state.learner
+    r16 = lambda x: bf16.to_bf16_ref(x.copy_to_host())  # noqa: E731
+    assert np.array_equal(lr.params16.copy_to_host(), r16(lr.params))
+    assert np.array_equal(lr.target16.copy_to_host(), r16(lr.target))
+    t.snapshot()
+    before = r16(lr.params)
+    t.graphs.update.launch()  # more updates move the weights and their copies
+    assert not np.array_equal(lr.params16.copy_to_host(), before)
+    t.restore()
+    device.synchronize()
+    assert np.array_equal(lr.params16.copy_to_host(), before) and np.array_equal(before, r16(lr.params))
+    assert np.array_equal(lr.target16.copy_to_host(), r16(lr.target))

@@ -328,6 +328,37 @@ def test_grad_norm_adam_ema(rng):
     np.testing.assert_allclose(t.copy_to_host(), optim.ema_ref(t0, p.copy_to_host(), 0.005), rtol=1e-6, atol=1e-7)
 
 
+def test_adam_bf16_writes_the_float32_update_and_its_bfloat16_copies(rng):
+    """``adam_bf16_kernel``: the weights, moments and target exactly what ``adam_kernel`` writes from the
+    same inputs, and the bfloat16 copies (poisoned first) exactly the new weights and target rounded
+    (``to_bf16_ref``); with the guard tripped nothing is written, the copies included."""
+    n = 1000
+    g = rng.normal(0, 3, n).astype(np.float32)
+    p0, m0 = rng.normal(size=n).astype(np.float32), rng.normal(0, 0.1, n).astype(np.float32)
+    v0, t0 = rng.uniform(0, 0.1, n).astype(np.float32), rng.normal(size=n).astype(np.float32)
+    lr, clip = dev(np.array([1e-3], np.float32)), dev(np.array([4.0, 0.5], np.float32))
+    out = {}
+    for kind in ("float32", "bf16", "bf16 tripped"):
+        p, m, v, t, step = dev(p0), dev(m0), dev(v0), dev(t0), dev(np.array([7]))
+        guard = dev(np.array([int(kind == "bf16 tripped")], np.int32))
+        args = (p, dev(g), m, v, n, lr, 0.9, 0.999, 1e-8, 1e-4, step, clip, guard, t, 0.005)
+        if kind == "float32":
+            optim.adam_kernel[2, 32](*args)
+        else:
+            p16, t16 = poisoned(n, np.uint16), poisoned(n, np.uint16)
+            optim.adam_bf16_kernel[2, 32](*args, p16, t16)
+        out[kind] = [a.copy_to_host() for a in (p, m, v, t)] + ([p16.copy_to_host(), t16.copy_to_host()]
+                                                               if kind != "float32" else [])
+    for a, b in zip(out["float32"], out["bf16"]):
+        assert np.array_equal(a, b)
+    assert not np.array_equal(out["bf16"][0], p0)  # the update moved the weights
+    assert np.array_equal(out["bf16"][4], bf16.to_bf16_ref(out["bf16"][0]))
+    assert np.array_equal(out["bf16"][5], bf16.to_bf16_ref(out["bf16"][3]))
+    tripped = out["bf16 tripped"]
+    assert all(np.array_equal(a, b) for a, b in zip(tripped[:4], (p0, m0, v0, t0)))
+    assert np.array_equal(tripped[4], poisoned(n, np.uint16).copy_to_host())  # the copies left as they were
+
+
 def test_the_draw_stops_the_update_counter_once_the_guard_trips(rng):
     """The PER draw advances the update counter (its Philox counter) by one per update, in the launch's
     last block, unless the guard has tripped: then it keeps it and draws with it as it stands."""

@@ -23,7 +23,7 @@ from cuda_kernels.nb import cuda
 from cuda_kernels.slots import ARR
 
 from ..device import Device, HostSlot
-from .network import DeviceNetwork, NetShape, init_params
+from .network import DeviceNetwork, NetShape, init_params, to_bf16_copy
 from .window import N_POS, Window
 
 # rows the head's GEMMs read or write on the device (W3's and the head's): a multiple of 4 floats (16 bytes),
@@ -111,17 +111,29 @@ class Learner(NamedTuple):
     stats: object         # float32 [4], the epoch's update statistics (cuda_kernels.slots.STAT)
     arrivals: object      # int32 [len(ARR)], zero between launches (cuda_kernels.slots.ARR)
     norm_blocks: int
+    # gpu.math = "bf16": params and target rounded to bfloat16 (uint16 [n_params]), what the update's and the
+    # envs' networks read (DeviceNetwork's weights16); Adam and the EMA write them beside the float32 weights
+    # (optim.adam_bf16_kernel), a restore converts them again (refresh16). None otherwise.
+    params16: object = None
+    target16: object = None
+
+    def refresh16(self, device: Device) -> None:
+        """The bfloat16 copies made from the float32 weights again (after anything but Adam wrote those)."""
+        if self.params16 is not None:
+            for src, dst in ((self.params, self.params16), (self.target, self.target16)):
+                to_bf16_copy(src, dst, device.stream, device.simulator)
 
     def arrival(self, slot: int):
         """The one-slot view of ``arrivals`` a kernel counts its blocks in."""
         return self.arrivals[slot:slot + 1]
 
 
-def alloc_learner(mem: Mem, shape: NetShape, cfg, seed: int, norm_blocks: int) -> Learner:
+def alloc_learner(mem: Mem, shape: NetShape, cfg, seed: int, norm_blocks: int, bf16: bool = False) -> Learner:
     params = mem.up(init_params(shape, seed))
     z = lambda: mem.zeros(shape.n_params, np.float32)  # noqa: E731
     p0 = lambda: mem.copy(params)  # noqa: E731 - the starting weights copied on the device, not uploaded again
-    return Learner(params=params, target=p0(), best=p0(), grads=z(), m=z(), v=z(),
+    u16 = lambda: cuda.device_array(shape.n_params, np.uint16, stream=mem.stream) if bf16 else None  # noqa: E731
+    learner = Learner(params=params, target=p0(), best=p0(), grads=z(), m=z(), v=z(),
                    snap_params=p0(), snap_target=p0(), snap_m=z(), snap_v=z(),
                    support=mem.up(np.linspace(cfg.v_min, cfg.v_max, shape.atoms).astype(np.float32)),
                    branch_sizes=mem.up(np.array(shape.branch_sizes, np.int32)),
@@ -129,7 +141,9 @@ def alloc_learner(mem: Mem, shape: NetShape, cfg, seed: int, norm_blocks: int) -
                    lr=mem.up(np.array([cfg.lr], np.float32)), step=mem.zeros(1, np.int64),
                    partials=mem.zeros(norm_blocks, np.float64), clip=mem.zeros(2, np.float32),
                    guard=mem.zeros(1, np.int32), stats=mem.zeros(4, np.float32),
-                   arrivals=mem.zeros(len(ARR), np.int32), norm_blocks=norm_blocks)
+                   arrivals=mem.zeros(len(ARR), np.int32), norm_blocks=norm_blocks, params16=u16(), target16=u16())
+    learner.refresh16(mem.device)
+    return learner
 
 
 class Replay(NamedTuple):
@@ -320,11 +334,16 @@ def alloc_networks(device: Device, gemm, shape: NetShape, learner: Learner, n_en
     their heads in the loss's launch, so they hold no head outputs of their own; the envs' and the
     backtest's act on Q alone, so they keep no log-probabilities. ``bf16``: every network's GEMMs on
     bfloat16 operands (``gpu.math = "bf16"``: :class:`~workbench.agent.network.DeviceNetwork`), acting and
-    backtesting too, so the policy evaluated computes as the one trained."""
+    backtesting too, so the policy evaluated computes as the one trained: the envs' and the update's networks
+    read the learner's bfloat16 weights (``Learner.params16``, ``target16``), the backtest's converts the
+    weights it is given (the epoch's or the kept ones)."""
     mk = lambda rows, **kw: DeviceNetwork(device, gemm, shape, rows, learner.support,  # noqa: E731
                                           learner.branch_sizes, learner.branch_offsets, fused, bf16=bf16, **kw)
-    return Networks(env=mk(n_envs, logp=False, backward=False), online=mk(2 * batch, masks=True, head=False),
-                    t2=mk(batch, head=False, backward=False), backtest=mk(backtest_rows, logp=False, backward=False))
+    p16, t16 = (learner.params16, learner.target16) if bf16 else (None, None)
+    return Networks(env=mk(n_envs, logp=False, backward=False, weights16=p16),
+                    online=mk(2 * batch, masks=True, head=False, weights16=p16),
+                    t2=mk(batch, head=False, backward=False, weights16=t16),
+                    backtest=mk(backtest_rows, logp=False, backward=False))
 
 
 class DeviceState(NamedTuple):
@@ -348,7 +367,7 @@ def alloc_state(device: Device, gemm, profile, cfg, w: Window, seed: int, norm_b
     mem = Mem(device)
     shape = NetShape(obs_dim=w.n_features + N_POS, hidden=profile.hidden, atoms=profile.atoms, align=LAYOUT_ALIGN,
                      obs_align=OBS_ALIGN)
-    learner = alloc_learner(mem, shape, cfg, seed, norm_blocks)
+    learner = alloc_learner(mem, shape, cfg, seed, norm_blocks, profile.math == "bf16")
     n_new = profile.n_envs * cfg.rollout_steps
     chunk = backtest_chunk_bars(device, w)
     return DeviceState(

@@ -175,7 +175,7 @@ class DeviceNetwork:
 
     def __init__(self, device, gemm, shape: NetShape, rows: int, support_dev, branch_sizes_dev, branch_offsets_dev,
                  fused: bool = False, masks: bool = False, head: bool = True, logp: bool = True,
-                 backward: bool = True, bf16: bool = False):
+                 backward: bool = True, bf16: bool = False, weights16=None):
         """``head``: whether this network runs its own dueling head (``q``, and with ``logp`` the
         log-probabilities); an update's networks leave it to their loss (``c51.c51_head_loss_kernel``, which
         writes the online Q of s' into ``q``). Acting and backtesting read ``q`` alone (``logp=False``: no
@@ -186,7 +186,9 @@ class DeviceNetwork:
         kept in bfloat16, the head's output and every gradient in float32, and the backward converts
         dhead, d2 and d1 for the GEMMs that read them; its backward reads the weights and observations its
         forward converted, so it must follow a forward on the same weights and observations (as an
-        update's does). No ReLU masks and no fused backward: our ReLU-gradient kernels, as with TF32, where
+        update's does). ``weights16``: the bfloat16 copy of the weights this network is always given,
+        kept current by their owner (the learner's, which Adam and the EMA write:
+        ``optim.adam_bf16_kernel``); its forward then converts only the observations. No ReLU masks and no fused backward: our ReLU-gradient kernels, as with TF32, where
         the fused backward measured slower (bf16's not yet measured)."""
         self.device, self.gemm, self.shape, self.rows = device, gemm, shape, rows
         s = device.stream
@@ -205,7 +207,9 @@ class DeviceNetwork:
         # a bf16 network's operand copies (None otherwise): the weights, the observations, dhead, d2, d1
         u16 = lambda shp, keep=True: (cuda.device_array(shp, np.uint16, stream=s)  # noqa: E731
                                       if bf16 and keep else None)
-        self.p16, self.x16 = u16(shape.n_params), u16((rows, shape.obs_cols))
+        self.p16 = weights16 if weights16 is not None else u16(shape.n_params)
+        self.x16 = u16((rows, shape.obs_cols))
+        self.converts_weights = bf16 and weights16 is None
         self.dhead16, self.d2_16, self.d1_16 = (u16((rows, W), backward), u16((rows, H), backward),
                                                 u16((rows, H), backward))
         self.support, self.bsz, self.boff = support_dev, branch_sizes_dev, branch_offsets_dev
@@ -249,7 +253,9 @@ class DeviceNetwork:
 
     @property
     def _bf16_buffers(self) -> tuple:
-        return (self.p16, self.x16, self.dhead16, self.d2_16, self.d1_16, self.h1f, self.h2f)
+        # the weights' copy where this network keeps its own (an owner's ``weights16`` is the owner's memory)
+        return (self.p16 if self.converts_weights else None, self.x16, self.dhead16, self.d2_16, self.d1_16,
+                self.h1f, self.h2f)
 
     @property
     def fuses_backward(self) -> bool:
@@ -324,16 +330,18 @@ class DeviceNetwork:
         network's stream (so before a side stream forks from it), else dhead itself."""
         if not self.bf16:
             return dhead
-        _to_bf16(dhead, self.dhead16, self.device.stream, self.device.simulator)
+        to_bf16_copy(dhead, self.dhead16, self.device.stream, self.device.simulator)
         return self.dhead16
 
     def _forward_bf16_trunk(self, params_flat, x, p, w):
-        """A bf16 forward's first steps: the weights (into ``w``'s buffer) and observations converted, then
+        """A bf16 forward's first steps: the weights (into ``w``'s buffer, unless their owner keeps them:
+        ``weights16``) and observations converted, then
         the trunk's two layers writing bfloat16 activations (inside cuBLASLt's GEMMs, with the biases'
         bfloat16 copies, or our epilogue from a float32 output, with the float32 biases: :attr:`bias16`)."""
         st, sim, f, d = self.device.stream, self.device.simulator, self.fused, self.device
-        _to_bf16(params_flat, self.p16, st, sim)
-        _to_bf16(x, self.x16, st, sim)
+        if self.converts_weights:
+            to_bf16_copy(params_flat, self.p16, st, sim)
+        to_bf16_copy(x, self.x16, st, sim)
         b = w if self.bias16 else p
         for a, W, b, h, hf in ((self.x16, w["W1"], b["b1"], self.h1, self.h1f),
                                (self.h1, w["W2"], b["b2"], self.h2, self.h2f)):
@@ -440,7 +448,7 @@ class Epilogue(NamedTuple):
             k = dense.bias_act_backward_bf16_kernel if self.out.dtype == np.uint16 else dense.bias_act_backward_kernel
             k[gh, bh, st](C, self.out, self.bias, M, N, dense.ACT_RELU, *self.scratch)
             if self.dst16 is not None:
-                _to_bf16(C, self.dst16, st, sim)
+                to_bf16_copy(C, self.dst16, st, sim)
 
 
 class Gemm(NamedTuple):
@@ -472,7 +480,7 @@ class Gemm(NamedTuple):
             self.epi.unfused(self.C)
 
 
-def _to_bf16(src, dst, stream, simulator: bool) -> None:
+def to_bf16_copy(src, dst, stream, simulator: bool) -> None:
     """``dst`` (uint16, the shape of ``src``) = ``src`` (float32, contiguous) rounded to bfloat16, on ``stream``."""
     n = int(src.size)
     blocks = 4 if simulator else min(1024, (n + 255) // 256)

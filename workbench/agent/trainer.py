@@ -290,8 +290,12 @@ class DeviceTrainer:
         S, cfg = self.state, self.cfg
         lr, n = S.learner, S.shape.n_params
         ga = _gs_per_sm(self.device, n, 256) + (st,)
-        K_opt.adam_kernel[ga](lr.params, lr.grads, lr.m, lr.v, n, lr.lr, cfg.adam_beta1, cfg.adam_beta2, cfg.adam_eps,
-                              cfg.weight_decay, lr.step, lr.clip, lr.guard, lr.target, cfg.tau)
+        args = (lr.params, lr.grads, lr.m, lr.v, n, lr.lr, cfg.adam_beta1, cfg.adam_beta2, cfg.adam_eps,
+                cfg.weight_decay, lr.step, lr.clip, lr.guard, lr.target, cfg.tau)
+        if lr.params16 is not None:  # gpu.math = "bf16": the networks' bfloat16 weights written in the same pass
+            K_opt.adam_bf16_kernel[ga](*args, lr.params16, lr.target16)
+        else:
+            K_opt.adam_kernel[ga](*args)
 
     def _priority_update(self, st) -> None:
         S, cfg = self.state, self.cfg
@@ -397,6 +401,7 @@ class DeviceTrainer:
     def restore(self) -> None:
         lr = self.state.learner
         self._copy(((lr.snap_params, lr.params), (lr.snap_target, lr.target), (lr.snap_m, lr.m), (lr.snap_v, lr.v)))
+        lr.refresh16(self.device)
         lr.guard.copy_to_device(np.zeros(1, np.int32), stream=self.device.stream)
 
     def experience(self, eps: float) -> None:
