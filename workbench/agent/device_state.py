@@ -29,8 +29,9 @@ from .window import N_POS, Window
 # rows the head's GEMMs read or write on the device (W3's and the head's): a multiple of 4 floats (16 bytes),
 # so cuBLAS can use its vectorised and tensor-core kernels (network.NetShape.head_cols)
 LAYOUT_ALIGN = 4
-# the observations' rows (network.NetShape.obs_cols): not padded. Padded to 24 floats, every TF32 run on the
-# H200 died of SIGFPE inside the GEMM library (2026-12-07; fp32 ran), so 23 as before until that is explained
+# the observations' rows (network.NetShape.obs_cols): not padded for now. Padded to 24 floats, every TF32 run
+# on the H200 died of SIGFPE (2026-12-07): cuBLASLt's heuristic for W1's gradient planned for one SM, which
+# cublaslt.sm_target no longer asks for; 4 again once a GPU has run the padded layout with that guard
 OBS_ALIGN = 1
 # bytes of replay memory per transition: both stores, priority, owner, its share of the sub-tile totals and
 # of the prefix sum's levels
@@ -134,14 +135,14 @@ def alloc_learner(mem: Mem, shape: NetShape, cfg, seed: int, norm_blocks: int, b
     p0 = lambda: mem.copy(params)  # noqa: E731 - the starting weights copied on the device, not uploaded again
     u16 = lambda: cuda.device_array(shape.n_params, np.uint16, stream=mem.stream) if bf16 else None  # noqa: E731
     learner = Learner(params=params, target=p0(), best=p0(), grads=z(), m=z(), v=z(),
-                   snap_params=p0(), snap_target=p0(), snap_m=z(), snap_v=z(),
-                   support=mem.up(np.linspace(cfg.v_min, cfg.v_max, shape.atoms).astype(np.float32)),
-                   branch_sizes=mem.up(np.array(shape.branch_sizes, np.int32)),
-                   branch_offsets=mem.up(np.array(shape.branch_offsets, np.int32)),
-                   lr=mem.up(np.array([cfg.lr], np.float32)), step=mem.zeros(1, np.int64),
-                   partials=mem.zeros(norm_blocks, np.float64), clip=mem.zeros(2, np.float32),
-                   guard=mem.zeros(1, np.int32), stats=mem.zeros(4, np.float32),
-                   arrivals=mem.zeros(len(ARR), np.int32), norm_blocks=norm_blocks, params16=u16(), target16=u16())
+                    snap_params=p0(), snap_target=p0(), snap_m=z(), snap_v=z(),
+                    support=mem.up(np.linspace(cfg.v_min, cfg.v_max, shape.atoms).astype(np.float32)),
+                    branch_sizes=mem.up(np.array(shape.branch_sizes, np.int32)),
+                    branch_offsets=mem.up(np.array(shape.branch_offsets, np.int32)),
+                    lr=mem.up(np.array([cfg.lr], np.float32)), step=mem.zeros(1, np.int64),
+                    partials=mem.zeros(norm_blocks, np.float64), clip=mem.zeros(2, np.float32),
+                    guard=mem.zeros(1, np.int32), stats=mem.zeros(4, np.float32),
+                    arrivals=mem.zeros(len(ARR), np.int32), norm_blocks=norm_blocks, params16=u16(), target16=u16())
     learner.refresh16(mem.device)
     return learner
 

@@ -13,8 +13,9 @@ without its vectorised and tensor-core kernels (TF32 1024 x 512 x 510: 21 us aga
 wide, measured on the H200). The observations' rows, so ``W1``'s rows, can be padded alike
 (``obs_align``, :attr:`NetShape.obs_cols`: 23 -> 24 at 4), which PyTorch's GEMMs measured 5.6 -> 4.8 us
 per agent for the first layer's three TF32 GEMMs (H200, 16 lanes); the device layout does not pad them
-(``device_state.OBS_ALIGN``): with 24-wide observations our TF32 runs died of SIGFPE inside the GEMM
-library on the H200 (2026-12-07), found and not yet explained.
+for now (``device_state.OBS_ALIGN``): with 24-wide observations our TF32 runs died of SIGFPE inside
+cuBLASLt's heuristic (2026-12-07: W1's gradient planned for one SM, which ``cublaslt.sm_target`` no
+longer asks for; the padding returns once that has run on a GPU).
 ``b3`` is padded alike, so the head GEMM adds the head's bias in its epilogue (a bias of the GEMM's
 width) and the dueling head and the loss read one array. The observation's padding column is written
 zero once, when its buffer is allocated, and never again (the kernels that fill observations write their
@@ -188,8 +189,9 @@ class DeviceNetwork:
         forward converted, so it must follow a forward on the same weights and observations (as an
         update's does). ``weights16``: the bfloat16 copy of the weights this network is always given,
         kept current by their owner (the learner's, which Adam and the EMA write:
-        ``optim.adam_bf16_kernel``); its forward then converts only the observations. No ReLU masks and no fused backward: our ReLU-gradient kernels, as with TF32, where
-        the fused backward measured slower (bf16's not yet measured)."""
+        ``optim.adam_bf16_kernel``); its forward then converts only the observations. No ReLU masks and
+        no fused backward: our ReLU-gradient kernels, as with TF32, where the fused backward measured
+        slower (bf16's not yet measured)."""
         self.device, self.gemm, self.shape, self.rows = device, gemm, shape, rows
         s = device.stream
         H, W, A = shape.hidden, shape.head_cols, shape.n_actions
