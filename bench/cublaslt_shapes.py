@@ -10,7 +10,7 @@ bias, 2048 x 512 x 512) with a bfloat16 or float32 output and a bias of either t
 case: ``ok`` (with the error against float64 for bf16's epilogues), ``refused`` (cuBLASLt offers no
 algorithm: the library's reason) or ``killed by signal N``. GPU only.
 
-``python bench/cublaslt_shapes.py [--widths 20,23,24] [--maths tf32,fp32,bf16]``
+``python bench/cublaslt_shapes.py [--widths 20,23,24] [--maths tf32,fp32,bf16] [--no-epilogues]``
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ import sys
 import numpy as np
 
 
-def cases(widths, maths) -> list[tuple]:
+def cases(widths, maths, epilogues: bool = True) -> list[tuple]:
     out = []
     for math in maths:
         for K in widths:
@@ -30,7 +30,7 @@ def cases(widths, maths) -> list[tuple]:
                 out.append(("W1 gradient", math, K, 1024, tgt))
             for rows, tgt in ((2048, 32), (1024, 16), (4096, 64), (2048, 0)):
                 out.append(("first layer", math, K, rows, tgt))
-    for out_t in ("bf16", "f32"):
+    for out_t in (("bf16", "f32") if epilogues else ()):
         for bias_t in ("bf16", "f32"):
             for kind in ("relu_bias", "bias"):
                 for tgt in ((0, 16, 33) if kind == "relu_bias" else (0,)):
@@ -86,6 +86,7 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--widths", default="24,23,20")
     ap.add_argument("--maths", default="tf32,fp32,bf16")
+    ap.add_argument("--no-epilogues", action="store_true", help="only the first layer's GEMMs, not bf16's epilogues")
     args = ap.parse_args()
     from numba import cuda  # noqa: F401  (imported in the parent; each case forks before any CUDA call)
 
@@ -93,7 +94,7 @@ def main() -> int:
     import workbench.cublas  # noqa: F401
     from workbench.cublaslt import EpilogueUnavailable
 
-    todo = cases([int(w) for w in args.widths.split(",")], args.maths.split(","))
+    todo = cases([int(w) for w in args.widths.split(",")], args.maths.split(","), not args.no_epilogues)
     killed = 0
     for case in todo:
         r, w = os.pipe()
