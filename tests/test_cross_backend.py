@@ -173,9 +173,12 @@ def test_a_bf16_update_is_the_fp32_update_within_bfloat16_rounding(bars, fold_ge
 def test_bf16_weights_written_by_adam_train_what_converting_before_each_forward_trains(bars, fold_gemm, monkeypatch):
     """``gpu.math = "bf16"``: the update's and the envs' networks read the learner's bfloat16 weights, which
     Adam and the EMA write beside the float32 ones (``optim.adam_bf16_kernel``) and a restore converts
-    again. A fold trained so equals, bit for bit, the same fold whose networks convert the float32 weights
-    before each forward (the copies are the same rounding of the same weights); the copies end equal to
-    the weights rounded; after updates and a restore they are the restored weights rounded."""
+    again, and the update's two networks read the batch's bfloat16 observations, converted once per
+    update after the draw (``Batch.obs_pair16``). A fold trained so equals, bit for bit, the same fold
+    whose networks convert the float32 weights and observations before each forward (the copies are the
+    same rounding of the same values); the copies end equal to the weights rounded; after updates and a
+    restore they are the restored weights rounded; a forward on other observations than the batch's is
+    refused."""
     from cuda_kernels import bf16
     from workbench.agent import network
 
@@ -191,11 +194,12 @@ def test_bf16_weights_written_by_adam_train_what_converting_before_each_forward_
         if mode == "each forward converts":
             make = network.DeviceNetwork.__init__
             monkeypatch.setattr(network.DeviceNetwork, "__init__",
-                                lambda self, *a, weights16=None, **kw: make(self, *a, **kw))
+                                lambda self, *a, weights16=None, obs16=None, **kw: make(self, *a, **kw))
         t = DeviceTrainer(device, fold_gemm(device), prof, cfg, bars.market, 100_000.0, seed=5)
         runs[mode] = (t, t.train_fold(w))
-        assert all(n.converts_weights == (mode == "each forward converts" or n is t.state.nets.backtest)
-                   for n in t.state.nets)
+        nets = t.state.nets
+        assert all(n.converts_weights == (mode == "each forward converts" or n is nets.backtest) for n in nets)
+        assert all(n.converts_obs == (mode == "each forward converts" or n in (nets.env, nets.backtest)) for n in nets)
     (t, a), (_, b) = runs["adam writes them"], runs["each forward converts"]
     assert [e.loss for e in a.epochs] == [e.loss for e in b.epochs] and a.epochs[-1].updates == 2
     assert np.array_equal(a.params, b.params) and np.array_equal(a.test_pnl, b.test_pnl)
@@ -203,6 +207,10 @@ def test_bf16_weights_written_by_adam_train_what_converting_before_each_forward_
     r16 = lambda x: bf16.to_bf16_ref(x.copy_to_host())  # noqa: E731
     assert np.array_equal(lr.params16.copy_to_host(), r16(lr.params))
     assert np.array_equal(lr.target16.copy_to_host(), r16(lr.target))
+    batch = t.state.batch
+    assert np.array_equal(batch.obs_pair16.copy_to_host(), r16(batch.obs_pair))  # the last update's batch, rounded
+    with pytest.raises(ValueError, match="observations' bfloat16 copy"):
+        t.state.nets.t2.forward(lr.target, batch.obs, head=False)  # s, not s': the copy would be stale
     t.snapshot()
     before = r16(lr.params)
     t.graphs.update.launch()  # more updates move the weights and their copies

@@ -252,6 +252,10 @@ class Batch(NamedTuple):
     dhead: object         # float32 [B, head_cols], the loss's gradient at the head (padding columns zero)
     loss: object          # float32 [B], per-sample cross-entropy
     size: int
+    # uint16 [2B, obs_cols]: ``obs_pair`` in bfloat16 where the GEMMs read bfloat16 operands (gpu.math = "bf16";
+    # else None), converted once per update after the draw (trainer._sample); the online and target networks'
+    # forwards and the backward read it
+    obs_pair16: object = None
 
     @property
     def obs(self):
@@ -264,8 +268,9 @@ class Batch(NamedTuple):
         return self.obs_pair[self.size:]
 
 
-def alloc_batch(mem: Mem, shape: NetShape, size: int) -> Batch:
-    return Batch(idx=mem.zeros(size, np.int64), isw=mem.zeros(size, np.float32),
+def alloc_batch(mem: Mem, shape: NetShape, size: int, bf16: bool = False) -> Batch:
+    return Batch(obs_pair16=cuda.device_array((2 * size, shape.obs_cols), np.uint16, stream=mem.stream) if bf16 else None,
+                 idx=mem.zeros(size, np.int64), isw=mem.zeros(size, np.float32),
                  obs_pair=mem.zeros((2 * size, shape.obs_cols), np.float32),
                  actions=mem.zeros((size, 3), np.int32), ret=mem.zeros(size, np.float32),
                  terminal=mem.zeros(size, np.float32), dhead=mem.zeros((size, shape.head_cols), np.float32),
@@ -326,7 +331,7 @@ class Networks(NamedTuple):
         return self.online.row_range(self.online.rows // 2, self.online.rows)
 
 
-def alloc_networks(device: Device, gemm, shape: NetShape, learner: Learner, n_envs: int, batch: int,
+def alloc_networks(device: Device, gemm, shape: NetShape, learner: Learner, n_envs: int, batch: Batch,
                    backtest_rows: int, fused: bool = False, bf16: bool = False) -> Networks:
     """The four networks' workspaces; ``fused``: their trunk's bias and ReLU inside the GEMMs where the
     GEMM backend can (cuBLASLt), the online network (the one that backpropagates, the only one with
@@ -336,14 +341,17 @@ def alloc_networks(device: Device, gemm, shape: NetShape, learner: Learner, n_en
     backtest's act on Q alone, so they keep no log-probabilities. ``bf16``: every network's GEMMs on
     bfloat16 operands (``gpu.math = "bf16"``: :class:`~workbench.agent.network.DeviceNetwork`), acting and
     backtesting too, so the policy evaluated computes as the one trained: the envs' and the update's networks
-    read the learner's bfloat16 weights (``Learner.params16``, ``target16``), the backtest's converts the
-    weights it is given (the epoch's or the kept ones)."""
+    read the learner's bfloat16 weights (``Learner.params16``, ``target16``) and the update's read the batch's
+    bfloat16 observations (``Batch.obs_pair16``), the backtest's converts the weights it is given (the
+    epoch's or the kept ones); the envs' and the backtest's networks convert their observations."""
     mk = lambda rows, **kw: DeviceNetwork(device, gemm, shape, rows, learner.support,  # noqa: E731
                                           learner.branch_sizes, learner.branch_offsets, fused, bf16=bf16, **kw)
     p16, t16 = (learner.params16, learner.target16) if bf16 else (None, None)
+    B = batch.size
+    pair, nxt = ((batch.obs_pair, batch.obs_pair16), (batch.obs_next, batch.obs_pair16[B:])) if bf16 else (None, None)
     return Networks(env=mk(n_envs, logp=False, backward=False, weights16=p16),
-                    online=mk(2 * batch, masks=True, head=False, weights16=p16),
-                    t2=mk(batch, head=False, backward=False, weights16=t16),
+                    online=mk(2 * B, masks=True, head=False, weights16=p16, obs16=pair),
+                    t2=mk(B, head=False, backward=False, weights16=t16, obs16=nxt),
                     backtest=mk(backtest_rows, logp=False, backward=False))
 
 
@@ -368,14 +376,16 @@ def alloc_state(device: Device, gemm, profile, cfg, w: Window, seed: int, norm_b
     mem = Mem(device)
     shape = NetShape(obs_dim=w.n_features + N_POS, hidden=profile.hidden, atoms=profile.atoms, align=LAYOUT_ALIGN,
                      obs_align=OBS_ALIGN)
-    learner = alloc_learner(mem, shape, cfg, seed, norm_blocks, profile.math == "bf16")
+    bf16 = profile.math == "bf16"
+    learner = alloc_learner(mem, shape, cfg, seed, norm_blocks, bf16)
     n_new = profile.n_envs * cfg.rollout_steps
     chunk = backtest_chunk_bars(device, w)
+    batch = alloc_batch(mem, shape, profile.batch, bf16)
     return DeviceState(
         window=window if window is not None else upload_window(mem, w), learner=learner,
         replay=alloc_replay(mem, replay_capacity(device, cfg.replay_capacity, profile.replay_vram_fraction, n_new)),
         envs=alloc_envs(mem, profile.n_envs, shape, cfg.eps_start),
         rollout=alloc_rollout(mem, profile.n_envs, cfg.rollout_steps, cfg.n_step),
-        batch=alloc_batch(mem, shape, profile.batch), backtest=alloc_backtest(mem, shape, w.n_bars, chunk),
-        nets=alloc_networks(device, gemm, shape, learner, profile.n_envs, profile.batch, chunk * N_POS,
-                            profile.fused_epilogues, profile.math == "bf16"), shape=shape)
+        batch=batch, backtest=alloc_backtest(mem, shape, w.n_bars, chunk),
+        nets=alloc_networks(device, gemm, shape, learner, profile.n_envs, batch, chunk * N_POS,
+                            profile.fused_epilogues, bf16), shape=shape)

@@ -36,9 +36,10 @@ import numpy as np
 
 from cuda_kernels import bf16 as K_bf16
 from cuda_kernels import c51, dense
-from cuda_kernels.nb import cuda
+from cuda_kernels.nb import SIMULATOR, cuda
 
 from ..cublaslt import BIAS, DRELU_BGRAD, RELU_BIAS, mask_ld
+from ..device import device_pointer
 
 
 @dataclass(frozen=True)
@@ -176,7 +177,7 @@ class DeviceNetwork:
 
     def __init__(self, device, gemm, shape: NetShape, rows: int, support_dev, branch_sizes_dev, branch_offsets_dev,
                  fused: bool = False, masks: bool = False, head: bool = True, logp: bool = True,
-                 backward: bool = True, bf16: bool = False, weights16=None):
+                 backward: bool = True, bf16: bool = False, weights16=None, obs16=None):
         """``head``: whether this network runs its own dueling head (``q``, and with ``logp`` the
         log-probabilities); an update's networks leave it to their loss (``c51.c51_head_loss_kernel``, which
         writes the online Q of s' into ``q``). Acting and backtesting read ``q`` alone (``logp=False``: no
@@ -189,8 +190,10 @@ class DeviceNetwork:
         forward converted, so it must follow a forward on the same weights and observations (as an
         update's does). ``weights16``: the bfloat16 copy of the weights this network is always given,
         kept current by their owner (the learner's, which Adam and the EMA write:
-        ``optim.adam_bf16_kernel``); its forward then converts only the observations. No ReLU masks and
-        no fused backward: our ReLU-gradient kernels, as with TF32, where the fused backward measured
+        ``optim.adam_bf16_kernel``); ``obs16``: ``(x, x16)``, the float32 observations this network's forward
+        is always given and their bfloat16 copy, kept current by their owner (the batch's, converted once
+        per update after its draw: ``Batch.obs_pair16``; a forward given other observations is refused).
+        With both its forward converts nothing. No ReLU masks and no fused backward: our ReLU-gradient kernels, as with TF32, where the fused backward measured
         slower (bf16's not yet measured)."""
         self.device, self.gemm, self.shape, self.rows = device, gemm, shape, rows
         s = device.stream
@@ -210,8 +213,9 @@ class DeviceNetwork:
         u16 = lambda shp, keep=True: (cuda.device_array(shp, np.uint16, stream=s)  # noqa: E731
                                       if bf16 and keep else None)
         self.p16 = weights16 if weights16 is not None else u16(shape.n_params)
-        self.x16 = u16((rows, shape.obs_cols))
+        self.obs_source, self.x16 = obs16 if obs16 is not None else (None, u16((rows, shape.obs_cols)))
         self.converts_weights = bf16 and weights16 is None
+        self.converts_obs = bf16 and obs16 is None
         self.dhead16, self.d2_16, self.d1_16 = (u16((rows, W), backward), u16((rows, H), backward),
                                                 u16((rows, H), backward))
         self.support, self.bsz, self.boff = support_dev, branch_sizes_dev, branch_offsets_dev
@@ -256,8 +260,8 @@ class DeviceNetwork:
     @property
     def _bf16_buffers(self) -> tuple:
         # the weights' copy where this network keeps its own (an owner's ``weights16`` is the owner's memory)
-        return (self.p16 if self.converts_weights else None, self.x16, self.dhead16, self.d2_16, self.d1_16,
-                self.h1f, self.h2f)
+        return (self.p16 if self.converts_weights else None, self.x16 if self.converts_obs else None, self.dhead16,
+                self.d2_16, self.d1_16, self.h1f, self.h2f)
 
     @property
     def fuses_backward(self) -> bool:
@@ -273,8 +277,8 @@ class DeviceNetwork:
         v = object.__new__(DeviceNetwork)
         v.__dict__.update(self.__dict__)
         v.rows, v.view_of = b - a, self
-        for k in ("h1", "h2", "head", "logp", "q", "d2", "d1", "mask1", "mask2", "x16", "dhead16", "d2_16", "d1_16",
-                  "h1f", "h2f"):
+        for k in ("h1", "h2", "head", "logp", "q", "d2", "d1", "mask1", "mask2", "x16", "obs_source", "dhead16",
+                  "d2_16", "d1_16", "h1f", "h2f"):
             if getattr(self, k) is not None:
                 setattr(v, k, getattr(self, k)[a:b])
         return v
@@ -337,13 +341,17 @@ class DeviceNetwork:
 
     def _forward_bf16_trunk(self, params_flat, x, p, w):
         """A bf16 forward's first steps: the weights (into ``w``'s buffer, unless their owner keeps them:
-        ``weights16``) and observations converted, then
-        the trunk's two layers writing bfloat16 activations (inside cuBLASLt's GEMMs, with the biases'
+        ``weights16``) and observations (unless their owner keeps them: ``obs16``) converted, then the
+        trunk's two layers writing bfloat16 activations (inside cuBLASLt's GEMMs, with the biases'
         bfloat16 copies, or our epilogue from a float32 output, with the float32 biases: :attr:`bias16`)."""
         st, sim, f, d = self.device.stream, self.device.simulator, self.fused, self.device
         if self.converts_weights:
             to_bf16_copy(params_flat, self.p16, st, sim)
-        to_bf16_copy(x, self.x16, st, sim)
+        if self.converts_obs:
+            to_bf16_copy(x, self.x16, st, sim)
+        elif not _same_array(x, self.obs_source):
+            raise ValueError("this network reads its observations' bfloat16 copy (DeviceNetwork(obs16=)): "
+                             "its forward takes only the observations that copy is made from")
         b = w if self.bias16 else p
         for a, W, b, h, hf in ((self.x16, w["W1"], b["b1"], self.h1, self.h1f),
                                (self.h1, w["W2"], b["b2"], self.h2, self.h2f)):
@@ -480,6 +488,13 @@ class Gemm(NamedTuple):
         unfused one's)."""
         if self.epi is not None:
             self.epi.unfused(self.C)
+
+
+def _same_array(a, b) -> bool:
+    """Whether two device arrays are the same memory (the same start and shape; the simulator's arrays
+    are host memory)."""
+    start = (lambda z: z.__array_interface__["data"][0]) if SIMULATOR else device_pointer  # noqa: E731
+    return a.shape == b.shape and start(a) == start(b)
 
 
 def to_bf16_copy(src, dst, stream, simulator: bool) -> None:

@@ -49,7 +49,7 @@ from ..gpu_profile import GpuProfile
 from ..markets import MarketSpec
 from .device_state import DeviceState, alloc_state
 from .loop import EpochStats, run_fold
-from .network import relayout, run_steps, views
+from .network import relayout, run_steps, to_bf16_copy, views
 from .records import EpochLog, FoldTrainResult, philox_keys  # noqa: F401 (re-exported)
 from .train_config import TrainConfig
 from .window import MAX_POS, N_POS, Window
@@ -236,7 +236,8 @@ class DeviceTrainer:
         batch's gathers (s and s' stacked, actions, n-step returns, terminal flags). The prefix sum is a
         rescan (:func:`cuda_kernels.scan.rescan_kernel`): only the priorities the last update's batch
         (``b.idx``, not yet overwritten by this draw) changed are read again, and the levels are those a
-        full scan would write; the experience phase ends with a full scan (:meth:`_finish_rollout`)."""
+        full scan would write; the experience phase ends with a full scan (:meth:`_finish_rollout`). With
+        bf16 networks the batch's observations are then converted for them (``Batch.obs_pair16``)."""
         S, cfg = self.state, self.cfg
         rp, b, lr, wd = S.replay, S.batch, S.learner, S.window
         K_scan.launch_rescan(rp.prio, b.idx, b.size, rp.totals, rp.sub, rp.tiles, rp.capacity, rp.scan_threads,
@@ -245,6 +246,8 @@ class DeviceTrainer:
             rp.prio, rp.sub, rp.tiles, K_scan.subs_per_tile(rp.scan_threads), rp.size, b.size, cfg.per_beta, self.k0,
             self.k1, lr.step, lr.guard, b.idx, b.isw, lr.arrival(ARR.DRAW), wd.features, rp.int_store, rp.float_store,
             wd.n_features, N_POS, b.obs_pair, b.actions, b.ret, b.terminal)
+        if b.obs_pair16 is not None:  # bf16 networks: s and s' in bfloat16, once for both forwards and the backward
+            to_bf16_copy(b.obs_pair, b.obs_pair16, st, self.device.simulator)
 
     def _learn_steps(self, st):
         """Part 2 (update): forwards, C51 loss, backward, grad norm and guard."""
