@@ -13,7 +13,8 @@ each seed's stitched Sharpe, their mean and sd, and the seeds' ensemble; with ``
 arithmetics, ``gpu.math``) every run is repeated per arithmetic on the same data and seeds, and that
 table says whether each arithmetic's mean lies within one fp32 sd of fp32's mean: #16's rule for a
 tensor-core default (BENCHMARKS.md, "TF32 against fp32"). E.g. on a GPU:
-``python bench/learning_check.py --signals 0.5,0 --ensemble 8 --maths fp32,tf32``.
+``python bench/learning_check.py --signals 0.5,0 --ensemble 8 --maths fp32,tf32``; ``--data-seed``
+repeats it on an independent synthetic series.
 Prints tables; ``--json`` writes every number.
 """
 from __future__ import annotations
@@ -37,6 +38,9 @@ def main() -> int:
     p.add_argument("--seeds", default="0", help="training seeds (comma list)")
     p.add_argument("--select", default="bar_t", help="selection rules to compare (comma list of training.select_by)")
     p.add_argument("--bars", type=int, default=60_000)
+    p.add_argument("--data-seed", type=int, default=100,
+                   help="the synthetic series' seed for the first signal (the next signals': +1, +2, ...); another "
+                        "value repeats a check on an independent series")
     p.add_argument("--device", default="auto")
     p.add_argument("--ensemble", type=int, default=1, help="seeds per fold in each run (training.seeds)")
     p.add_argument("--maths", default="", help="GEMM arithmetics to compare (comma list of gpu.math; '' = the profile's)")
@@ -49,7 +53,7 @@ def main() -> int:
     extra = [f"training.seeds={args.ensemble}"] if args.ensemble > 1 else []
     runs = []
     for i, signal in enumerate(float(x) for x in args.signals.split(",")):
-        bars = load_bars(generate_bars(args.bars, seed=100 + i, signal=signal))
+        bars = load_bars(generate_bars(args.bars, seed=args.data_seed + i, signal=signal))
         for seed in seeds:
             for rule in rules:
                 for math in maths:
@@ -57,7 +61,7 @@ def main() -> int:
                                              *([f'gpu.math="{math}"'] if math else []), *extra, *args.set])
                     t0 = time.perf_counter()
                     res = WalkForward(cfg).run(bars)
-                    runs.append({"signal": signal, "seed": seed, "rule": rule, "math": math or "profile",
+                    runs.append({"signal": signal, "data_seed": args.data_seed + i, "seed": seed, "rule": rule, "math": math or "profile",
                                  "seconds": time.perf_counter() - t0, "agent": res.metrics,
                                  "returns": res.daily_returns().to_numpy(),
                                  "chosen_epochs": [f.metrics.get("best_epoch") for f in res.fold_results],
