@@ -57,8 +57,8 @@ def sm_target(M: int, N: int, sms: int, math: str) -> int:
     512 x 512 x 1024 (a weight gradient) 7.7 -> 3.6 (8). A GEMM of one tile keeps cuBLAS's own choice
     too: asked for one SM, cuBLASLt's heuristic killed the process with SIGFPE for a TF32 GEMM of 24 x 512
     outputs (W1's gradient with 24-wide observations, K = 1024; H100, 2026-12-07; 23 x 512 and target 0
-    ran: ``bench/results/cublaslt_shapes_sigfpe_h100.txt``), and observations are 20 wide on files
-    without order flow."""
+    ran: ``bench/results/cublaslt_shapes_sigfpe_h100.txt``), and at 20 x 512 too, the width of every real
+    file without order flow (``bench/results/guard_h100_a0f6468.txt``: with this rule those files ran)."""
     tiles = -(-M * N // TILE_AREA.get(math, TILE_AREA["fp32"]))
     return 0 if tiles >= sms or tiles <= 1 else int(tiles)
 
