@@ -269,7 +269,8 @@ class Batch(NamedTuple):
 
 
 def alloc_batch(mem: Mem, shape: NetShape, size: int, bf16: bool = False) -> Batch:
-    return Batch(obs_pair16=cuda.device_array((2 * size, shape.obs_cols), np.uint16, stream=mem.stream) if bf16 else None,
+    pair16 = cuda.device_array((2 * size, shape.obs_cols), np.uint16, stream=mem.stream) if bf16 else None
+    return Batch(obs_pair16=pair16,
                  idx=mem.zeros(size, np.int64), isw=mem.zeros(size, np.float32),
                  obs_pair=mem.zeros((2 * size, shape.obs_cols), np.float32),
                  actions=mem.zeros((size, 3), np.int32), ret=mem.zeros(size, np.float32),

@@ -194,8 +194,8 @@ class DeviceNetwork:
         ``optim.adam_bf16_kernel``); ``obs16``: ``(x, x16)``, the float32 observations this network's forward
         is always given and their bfloat16 copy, kept current by their owner (the batch's, converted once
         per update after its draw: ``Batch.obs_pair16``; a forward given other observations is refused).
-        With both its forward converts nothing. No ReLU masks and no fused backward: our ReLU-gradient kernels, as with TF32, where the fused backward measured
-        slower (bf16's not yet measured)."""
+        With both its forward converts nothing. No ReLU masks and no fused backward: our ReLU-gradient
+        kernels, as with TF32, where the fused backward measured slower (bf16's not yet measured)."""
         self.device, self.gemm, self.shape, self.rows = device, gemm, shape, rows
         s = device.stream
         H, W, A = shape.hidden, shape.head_cols, shape.n_actions
