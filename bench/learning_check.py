@@ -53,7 +53,8 @@ def main() -> int:
     extra = [f"training.seeds={args.ensemble}"] if args.ensemble > 1 else []
     runs = []
     for i, signal in enumerate(float(x) for x in args.signals.split(",")):
-        bars = load_bars(generate_bars(args.bars, seed=args.data_seed + i, signal=signal))
+        data_seed = args.data_seed + i
+        bars = load_bars(generate_bars(args.bars, seed=data_seed, signal=signal))
         for seed in seeds:
             for rule in rules:
                 for math in maths:
@@ -61,7 +62,8 @@ def main() -> int:
                                              *([f'gpu.math="{math}"'] if math else []), *extra, *args.set])
                     t0 = time.perf_counter()
                     res = WalkForward(cfg).run(bars)
-                    runs.append({"signal": signal, "data_seed": args.data_seed + i, "seed": seed, "rule": rule, "math": math or "profile",
+                    runs.append({"signal": signal, "data_seed": data_seed, "seed": seed, "rule": rule,
+                                 "math": math or "profile",
                                  "seconds": time.perf_counter() - t0, "agent": res.metrics,
                                  "returns": res.daily_returns().to_numpy(),
                                  "chosen_epochs": [f.metrics.get("best_epoch") for f in res.fold_results],

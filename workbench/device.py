@@ -65,6 +65,9 @@ def device_count() -> int:
 
 
 def device_pointer(arr) -> int:
+    """The array's start address (in the simulator, where arrays are host memory, the host address)."""
+    if SIMULATOR:
+        return int(arr.__array_interface__["data"][0])
     return int(arr.__cuda_array_interface__["data"][0])
 
 

@@ -37,7 +37,7 @@ import numpy as np
 
 from cuda_kernels import bf16 as K_bf16
 from cuda_kernels import c51, dense
-from cuda_kernels.nb import SIMULATOR, cuda
+from cuda_kernels.nb import cuda
 
 from ..cublaslt import BIAS, DRELU_BGRAD, RELU_BIAS, mask_ld
 from ..device import device_pointer
@@ -492,10 +492,8 @@ class Gemm(NamedTuple):
 
 
 def _same_array(a, b) -> bool:
-    """Whether two device arrays are the same memory (the same start and shape; the simulator's arrays
-    are host memory)."""
-    start = (lambda z: z.__array_interface__["data"][0]) if SIMULATOR else device_pointer  # noqa: E731
-    return a.shape == b.shape and start(a) == start(b)
+    """Whether two device arrays are the same memory (the same start and shape)."""
+    return a.shape == b.shape and device_pointer(a) == device_pointer(b)
 
 
 def to_bf16_copy(src, dst, stream, simulator: bool) -> None:
