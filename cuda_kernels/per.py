@@ -21,7 +21,7 @@ from .nb import (VOTE, cuda, device_function, first_lane, float32, float64, fold
                  last_to_arrive, uint32, void, warp_max)
 from .nb import U, grid_wait
 from .philox import uniform4_dev
-from .scan import SUB, prefix_dev, sub_base_dev
+from .scan import HELD, SUB, load_sub, prefix_dev, sub_base_dev, sub_value
 
 TAG_PER = 0x5045
 
@@ -80,8 +80,8 @@ def draw_dev(prio, sub, tiles, subs_per_tile, n, batch, beta, k0, k1, step, i, l
     candidate of the level below is taken; the weight is that slot's own priority."""
     if n <= 0:
         return int64(0), float32(0.0)
-    vals = cuda.local.array(SUB, float32)
-    total = prefix_dev(prio, sub, tiles, subs_per_tile, n - 1)
+    vals = cuda.local.array(HELD, float32)
+    total = prefix_dev(prio, sub, tiles, subs_per_tile, n - 1, lane)
     u, _a, _b, _c = uniform4_dev(i, step, TAG_PER, k0, k1)
     thr = (float64(i) + float64(u)) * total / float64(batch)
     last_sub = (n - 1) // SUB
@@ -92,13 +92,12 @@ def draw_dev(prio, sub, tiles, subs_per_tile, n, batch, beta, k0, k1, step, i, l
     si = _first_above(sub, lo, min(lo + subs_per_tile - 1, last_sub), subs_per_tile, base, thr, lane, lanes,
                       _levels(subs_per_tile, lanes))
     first = si * SUB
-    for k in range(SUB):  # the sub-tile's priorities, loaded before they are added
-        vals[k] = prio[U(first + k)] if first + k < n else float32(0.0)
+    load_sub(prio, first, n, lane, vals)  # the sub-tile's priorities, loaded before they are added
     run = sub_base_dev(sub, tiles, subs_per_tile, si)
     j = min(first + SUB, n) - 1
     found = False
     for k in range(SUB):
-        run += float64(vals[k])
+        run += float64(sub_value(vals, k))
         if not found and run > thr and first + k < n:
             j = first + k
             found = True

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .nb import cuda, device_function, kernel, float32, float64, int32, int64, last_to_arrive, void
+from .nb import FULL_MASK, VOTE, cuda, device_function, kernel, float32, float64, int32, int64, last_to_arrive, void
 from .nb import U, grid_wait
 
 ITEMS = 4
@@ -214,19 +214,47 @@ def sub_base_dev(sub, tiles, subs_per_tile, si):
 
 
 @device_function
-def prefix_dev(x, sub, tiles, subs_per_tile, i):
+def prefix_dev(x, sub, tiles, subs_per_tile, i, lane):
     """The inclusive prefix sum at ``i`` from the three levels (what :func:`three_level_ref` reads): the
-    sub-tile's priorities up to i loaded together (a constant trip count, unrolled), then added."""
+    sub-tile's priorities up to i added left to right (:func:`sub_value`: on a GPU lane k of the warp
+    loads priority k). Every lane of the warp calls it, and gets the sum."""
     si = i // SUB
     first = si * SUB
     run = sub_base_dev(sub, tiles, subs_per_tile, si)
-    vals = cuda.local.array(SUB, float32)
+    vals = cuda.local.array(HELD, float32)
+    load_sub(x, first, i + 1, lane, vals)
     for k in range(SUB):
-        vals[k] = x[U(first + k)] if first + k <= i else float32(0.0)
-    for k in range(SUB):
+        v = sub_value(vals, k)
         if first + k <= i:
-            run += float64(vals[k])
+            run += float64(v)
     return run
+
+
+# A sub-tile's SUB priorities, read by every lane of a warp in order: on a GPU (a warp of SUB lanes) lane k
+# loads priority k and the others read it by a shuffle, one value held a lane; in the simulator (Python
+# threads, ``VOTE`` < SUB lanes a vote) each lane loads all SUB itself. The same values in the same order
+# either way, so the same sums. Holding all 32 in each lane cost the PER draw 128 registers a thread
+# (ptxas 13.0, sm_90), so a quarter of an SM's warps.
+HELD = 1 if VOTE == SUB else SUB
+
+
+@device_function
+def load_sub(x, first, stop, lane, vals):
+    """Into ``vals`` (local float32 [HELD]): the priorities of the sub-tile at ``first`` that this lane
+    holds (0.0 at and past ``stop``)."""
+    if HELD == 1:
+        vals[0] = x[U(first + lane)] if first + lane < stop else float32(0.0)
+    else:
+        for k in range(SUB):
+            vals[k] = x[U(first + k)] if first + k < stop else float32(0.0)
+
+
+@device_function
+def sub_value(vals, k):
+    """Priority ``k`` of the sub-tile ``load_sub`` spread over the warp's lanes (every lane calls it)."""
+    if HELD == 1:
+        return cuda.shfl_sync(FULL_MASK, vals[0], k)
+    return vals[k]
 
 
 def n_tiles(n: int, threads: int) -> int:
