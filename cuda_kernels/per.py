@@ -75,8 +75,9 @@ def draw_dev(prio, sub, tiles, subs_per_tile, n, batch, beta, k0, k1, step, i, l
     total does, then the first sub-tile of that tile whose prefix does (``_first_above``: 32-ary
     searches, two levels each at the reference replay, one load a lane a level, where the binary
     searches made eight and seven dependent loads), then the sub-tile's 32 priorities added left to
-    right (loaded together; every lane adds them: the same instructions for the warp as one lane, and
-    every lane has the slot). Where rounding makes two levels disagree by an ulp at a boundary, the last
+    right (on a GPU lane k loads priority k and every lane reads them in order by shuffles,
+    :func:`cuda_kernels.scan.sub_value`; every lane adds them: the same instructions for the warp as
+    one lane, and every lane has the slot). Where rounding makes two levels disagree by an ulp at a boundary, the last
     candidate of the level below is taken; the weight is that slot's own priority."""
     if n <= 0:
         return int64(0), float32(0.0)
