@@ -225,6 +225,25 @@ def _source_mass(lo_j, hi_j, b_j, p_j, br, z, atoms):
     return m
 
 
+@device_function
+def _atom_grad(lo_j, hi_j, b_j, p_j, sg, drow, br, z, atoms, lp_z, w, grad_scale, n_branch, nA, at, off):
+    """Atom z of branch ``br`` (past the atoms: nothing, 0 returned): its projected target mass, the
+    gradient of its column of each of the branch's actions into the sample's ``drow`` (the taken action's
+    column g, every column of the branch -g / nA, each rounded to float32 as a column's running value
+    was when a loop added into it), g into ``sg`` (for the value stream); returns its share of the
+    cross-entropy (float32). ``lp_z``: the taken action's online log-probability of atom z; ``w``: the
+    sample's importance weight."""
+    if z >= atoms:
+        return float32(0.0)
+    m = _source_mass(lo_j, hi_j, b_j, p_j, br, z, atoms)
+    ce = -m * lp_z
+    g = (math.exp(lp_z) - m) * w * grad_scale / n_branch
+    for a in range(nA):
+        drow[U(atoms * (1 + off + a) + z)] = (float32(g) if a == at else float32(0.0)) - g / nA
+    sg[U(br), U(z)] = g
+    return float32(ce)
+
+
 @kernel(void(float32[:, ::1], float32[:, ::1], int32[:, ::1], float32[::1], float32[::1], float32, float32, float32,
              int64, float32[::1], int64, int32[::1], int32[::1], int64, float32[::1], float32, float32[:, ::1],
              float32[:, ::1], float32[::1], int64))
@@ -311,20 +330,16 @@ def c51_head_loss_kernel(head, head_t, actions, reward, done, gamma_n, v_min, v_
             b_j[U(br), U(j)] = bj
             p_j[U(br), U(j)] = math.exp(logit[i] - lse)  # the value dueling_head_kernel stores, exponentiated
     cuda.syncthreads()
-    for i in range(HEAD_SLOTS):
-        if i >= k:
-            break
-        z = lane + width * i
-        t[i] = float32(0.0)
-        if z < atoms:
-            m = _source_mass(lo_j, hi_j, b_j, p_j, br, z, atoms)
-            ce = -m * lp[i]
-            g = (math.exp(lp[i]) - m) * w * grad_scale / n_branch
-            for a in range(nA):  # the taken action's column gets g, every column of the branch -g / nA (each
-                # rounded to float32 as a column's running value was when the loop added into it)
-                drow[U(atoms * (1 + off + a) + z)] = (float32(g) if a == at else float32(0.0)) - g / nA
-            sg[U(br), U(z)] = g
-            t[i] = float32(ce)
+    # each slot at a constant index: the slot arrays stay in registers (a loop over the slots, its body
+    # holding the searches' loops, was not unrolled and kept them in local memory)
+    t[0] = _atom_grad(lo_j, hi_j, b_j, p_j, sg, drow, br, lane, atoms, lp[0], w, grad_scale, n_branch, nA, at,
+                      off)
+    t[1] = float32(0.0) if k < 2 else _atom_grad(lo_j, hi_j, b_j, p_j, sg, drow, br, lane + width, atoms, lp[1], w,
+                                                  grad_scale, n_branch, nA, at, off)
+    t[2] = float32(0.0) if k < 3 else _atom_grad(lo_j, hi_j, b_j, p_j, sg, drow, br, lane + 2 * width, atoms,
+                                                  lp[2], w, grad_scale, n_branch, nA, at, off)
+    t[3] = float32(0.0) if k < 4 else _atom_grad(lo_j, hi_j, b_j, p_j, sg, drow, br, lane + 3 * width, atoms,
+                                                  lp[3], w, grad_scale, n_branch, nA, at, off)
     total = warp_sum(_fold(t, k, 0))
     if lane == 0:
         ce_br[U(br)] = total
