@@ -15,8 +15,8 @@ wide, measured on the H200). The observations' rows, so ``W1``'s rows, can be pa
 per agent for the first layer's three TF32 GEMMs (H200, 16 lanes); the device layout does not pad them
 for now (``device_state.OBS_ALIGN``): with 24-wide observations our TF32 runs died of SIGFPE inside
 cuBLASLt's heuristic (2026-12-07: W1's gradient planned for one SM, which ``cublaslt.sm_target`` no
-longer asks for; with that rule the padded sample ran on the H100, and the padding returns as the
-default once its speed is measured).
+longer asks for; with that rule the padded sample ran on the H100, but a population of 32 gained
+1.7 % with it, inside run-to-run noise: BENCHMARKS.md, "TF32 and bf16 side by side").
 ``b3`` is padded alike, so the head GEMM adds the head's bias in its epilogue (a bias of the GEMM's
 width) and the dueling head and the loss read one array. The observation's padding column is written
 zero once, when its buffer is allocated, and never again (the kernels that fill observations write their
