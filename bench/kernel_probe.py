@@ -1,7 +1,7 @@
 """Our kernels of the update at the reference shape, alone and 16 at once, against another tree's (#16, #15).
 
 Times ``cuda_kernels.c51``'s ``dueling_head_kernel`` (2048 rows: the online forward on s and s'; 1024
-rows: the target's on s'; what acting runs), ``c51_head_loss_kernel`` (1024 samples: an update's heads and
+rows: the target's on s'; what acting runs), ``head_loss_kernel(51, (3, 3, 3))`` (1024 samples: an update's heads and
 loss; an old tree's three launches for the same) and ``dense.bias_act_backward_kernel``
 (1024 rows of 512 hidden units with the ReLU's gradient; 510 head columns without), each launched
 ``--inner`` times in a graph of its own, on one stream (``alone``: what one agent's update pays) and on
@@ -125,7 +125,7 @@ def main() -> int:
             res["max_abs_diff_vs_old"][f"head {rows} rows (logp, q)"] = diff
             print(f"head {rows} rows: max |now - old| {diff:.3g}")
 
-    # ---- the heads and the C51 loss (inputs only read): now one launch, c51_head_loss_kernel; a tree from
+    # ---- the heads and the C51 loss (inputs only read): now one launch, head_loss_kernel; a tree from
     # before it, three (its head kernel on the online rows of s and s' and on the target's, then its loss) ----
     lbs = []
     for _ in range(P):
@@ -144,17 +144,22 @@ def main() -> int:
                     "dhead": cuda.device_array((B, cols), np.float32), "loss": cuda.device_array(B, np.float32)})
     gamma_n = 0.99 ** 3
 
-    def fused(lb, kern=c51.c51_head_loss_kernel, launch=c51.loss_launch):
+    def fused(lb, kern, launch=c51.loss_launch):
         heads = ((lb["pair"], lb["bias"], lb["ht"], lb["bias_t"]) if _reads_bias(kern) else (lb["pair_b"], lb["ht_b"]))
+        if "atoms" not in _params(kern):  # built for its shape (head_loss_kernel): no shape arguments
+            return lambda st: kern[launch(B, ATOMS, nb) + (st,)](
+                *heads, lb["acts"], lb["rew"], lb["done"], gamma_n, -10.0, 10.0, lb["w"], consts[2], 1.0 / B, lb["q"],
+                lb["dhead"], lb["loss"], B)
         return lambda st: kern[launch(B, ATOMS, nb) + (st,)](
             *heads, lb["acts"], lb["rew"], lb["done"], gamma_n, -10.0, 10.0,
             ATOMS, lb["w"], nb, consts[0], consts[1], max(BRANCHES), consts[2], 1.0 / B, lb["q"], lb["dhead"],
             lb["loss"], B)
 
-    outputs = {"now": run(f"heads + loss now (one launch) {B} samples", fused, lbs, c51.c51_head_loss_kernel,
+    now_loss = c51.head_loss_kernel(ATOMS, BRANCHES)
+    outputs = {"now": run(f"heads + loss now (one launch) {B} samples", lambda lb: fused(lb, now_loss), lbs, now_loss,
                           lambda lb: (lb["dhead"].copy_to_host(), lb["loss"].copy_to_host(), lb["q"].copy_to_host()))}
     for r in (40, 48, 64):  # occupancy against spills: register caps the kernel does not have
-        kern = cuda.jit(c51.c51_head_loss_kernel.signature, max_registers=r)(c51.c51_head_loss_kernel.py_func)
+        kern = cuda.jit(now_loss.signature, max_registers=r)(now_loss.py_func)
         run(f"heads + loss now r{r} (variant)", lambda lb, kern=kern: fused(lb, kern), lbs, kern, lambda lb: None)
     if "old" in kmods and hasattr(kmods["old"][0], "c51_head_loss_kernel"):  # an older one-launch kernel
         m = kmods["old"][0]

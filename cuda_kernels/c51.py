@@ -16,6 +16,7 @@ per-sample loss (the new priority) and nothing else. Every action index is clamp
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -44,7 +45,7 @@ def head_launch(B: int, atoms: int, n_branch: int) -> tuple[int, tuple[int, int]
 
 
 def loss_launch(B: int, atoms: int, n_branch: int) -> tuple[int, tuple[int, int]]:
-    """(grid, block) of ``c51_head_loss_kernel``: one block per sample, a warp per branch (each branch has its own
+    """(grid, block) of a ``head_loss_kernel``: one block per sample, a warp per branch (each branch has its own
     row of the kernel's shared arrays: at most MAX_BRANCHES; in the simulator a row of only as many lanes
     as the tree's width needs, as ``head_launch``)."""
     if not 1 <= n_branch <= MAX_BRANCHES or atoms > MAX_ATOMS:
@@ -76,18 +77,22 @@ def _fold(t, k, op):
 
 
 @device_function
-def _advantage_mean(hrow, z, atoms, off, nA):
-    """Mean over the branch's actions of atom z's advantage, in float32 (``hrow``: the row, its bias added)."""
+def _advantage_mean(hrow, z, atoms, off, nA, max_actions):
+    """Mean over the branch's actions of atom z's advantage, in float32 (``hrow``: the row, its bias added).
+    The loop runs to ``max_actions`` and leaves at ``nA``: a constant trip count where the kernel is
+    built for one shape (``head_loss_kernel``), so it unrolls; the same additions in the same order."""
     total = float32(0.0)
     c = U(atoms * (1 + off) + z)  # the first action's column; each next action is ``atoms`` further on
-    for _ in range(nA):
+    for a in range(max_actions):
+        if a >= nA:
+            break
         total += hrow[c]
         c += U(atoms)
     return total * (float32(1.0) / float32(nA))
 
 
 @device_function
-def _row_setup(hrow, lane, width, k, atoms, off, nA, v, mean):
+def _row_setup(hrow, lane, width, k, atoms, off, nA, max_actions, v, mean):
     """The row's value stream and the branch's advantage mean at the lane's atoms."""
     for j in range(HEAD_SLOTS):
         if j >= k:
@@ -95,7 +100,7 @@ def _row_setup(hrow, lane, width, k, atoms, off, nA, v, mean):
         z = lane + width * j
         valid = z < atoms
         v[j] = hrow[U(z)] if valid else float32(0.0)
-        mean[j] = _advantage_mean(hrow, z, atoms, off, nA) if valid else float32(0.0)
+        mean[j] = _advantage_mean(hrow, z, atoms, off, nA, max_actions) if valid else float32(0.0)
 
 
 @device_function
@@ -174,7 +179,7 @@ def dueling_head_kernel(head, B, n_branch, branch_size, branch_off, atoms, max_a
     mean = cuda.local.array(HEAD_SLOTS, float32)
     logit = cuda.local.array(HEAD_SLOTS, float32)
     t = cuda.local.array(HEAD_SLOTS, float32)
-    _row_setup(hrow, lane, width, k, atoms, off, nA, v, mean)
+    _row_setup(hrow, lane, width, k, atoms, off, nA, max_actions, v, mean)
     for a in range(max_actions):  # the same trip count in every warp (the simulator's stand-in has barriers)
         live = a < nA
         lse = _action_lse(hrow, lane, width, k, atoms, off, a, live, v, mean, logit, t)
@@ -190,30 +195,34 @@ def dueling_head_kernel(head, B, n_branch, branch_size, branch_off, atoms, max_a
 
 
 @device_function
-def _first_at_least(lo, row, target, atoms):
-    """The first source atom j in [0, atoms] with ``lo[row, j] >= target`` (binary search: lo is monotone)."""
-    a, b = 0, atoms
-    while a < b:
-        mid = (a + b) // 2
-        if lo[U(row), U(mid)] >= target:
-            b = mid
-        else:
-            a = mid + 1
-    return a
+def _count_below(lo, row, target, atoms, top):
+    """How many source atoms j in [0, atoms) have ``lo[row, j] < target`` (lo is monotone: the first j with
+    ``lo >= target``): a binary search by halving steps from ``top``, the largest power of two <= atoms, so
+    a fixed number of steps, each a load, a compare and a select (unrolled where atoms is a constant)."""
+    pos = 0
+    step = top
+    while step > 0:
+        if pos + step <= atoms and lo[U(row), U(pos + step - 1)] < target:
+            pos += step
+        step >>= 1
+    return pos
 
 
 @device_function
-def _source_mass(lo_j, hi_j, b_j, p_j, br, z, atoms):
+def _source_mass(lo_j, hi_j, b_j, p_j, br, z, atoms, top):
     """The projected target mass of atom z of branch ``br`` from the placed source atoms (shared rows).
 
     The source atoms that reach atom z have lo(j) in {z - 1, z}; lo(j) never decreases with j (every step
-    of its float arithmetic is monotone), so they are the range [j0, j1), visited in ascending order as a
-    loop over every j would: the same sum, bit for bit."""
+    of its float arithmetic is monotone), so they are the range from the first j with lo(j) >= z - 1
+    (``_count_below``) up to the first with lo(j) > z, visited in ascending order as a loop over every j
+    would: the same sum, bit for bit."""
     m = float32(0.0)
-    j0 = _first_at_least(lo_j, br, z - 1, atoms)
-    j1 = _first_at_least(lo_j, br, z + 1, atoms)
-    for j in range(j0, j1):
-        lo, hi, bj = lo_j[U(br), U(j)], hi_j[U(br), U(j)], b_j[U(br), U(j)]
+    j = _count_below(lo_j, br, z - 1, atoms, top)
+    while j < atoms:
+        lo = lo_j[U(br), U(j)]
+        if lo > z:
+            break
+        hi, bj = hi_j[U(br), U(j)], b_j[U(br), U(j)]
         if lo == z or hi == z:
             pj = p_j[U(br), U(j)]
             if lo == hi:
@@ -222,11 +231,13 @@ def _source_mass(lo_j, hi_j, b_j, p_j, br, z, atoms):
                 m += pj * (hi - bj)
             else:
                 m += pj * (bj - lo)
+        j += 1
     return m
 
 
 @device_function
-def _atom_grad(lo_j, hi_j, b_j, p_j, sg, drow, br, z, atoms, lp_z, w, grad_scale, n_branch, nA, at, off):
+def _atom_grad(lo_j, hi_j, b_j, p_j, sg, drow, br, z, atoms, top, lp_z, w, grad_scale, n_branch, nA, max_actions, at,
+               off):
     """Atom z of branch ``br`` (past the atoms: nothing, 0 returned): its projected target mass, the
     gradient of its column of each of the branch's actions into the sample's ``drow`` (the taken action's
     column g, every column of the branch -g / nA, each rounded to float32 as a column's running value
@@ -235,134 +246,167 @@ def _atom_grad(lo_j, hi_j, b_j, p_j, sg, drow, br, z, atoms, lp_z, w, grad_scale
     sample's importance weight."""
     if z >= atoms:
         return float32(0.0)
-    m = _source_mass(lo_j, hi_j, b_j, p_j, br, z, atoms)
+    m = _source_mass(lo_j, hi_j, b_j, p_j, br, z, atoms, top)
     ce = -m * lp_z
     g = (math.exp(lp_z) - m) * w * grad_scale / n_branch
-    for a in range(nA):
+    for a in range(max_actions):
+        if a >= nA:
+            break
         drow[U(atoms * (1 + off + a) + z)] = (float32(g) if a == at else float32(0.0)) - g / nA
     sg[U(br), U(z)] = g
     return float32(ce)
 
 
-@kernel(void(float32[:, ::1], float32[:, ::1], int32[:, ::1], float32[::1], float32[::1], float32, float32, float32,
-             int64, float32[::1], int64, int32[::1], int32[::1], int64, float32[::1], float32, float32[:, ::1],
-             float32[:, ::1], float32[::1], int64))
-def c51_head_loss_kernel(head, head_t, actions, reward, done, gamma_n, v_min, v_max, atoms, is_w, n_branch,
-                         branch_size, branch_off, max_actions, support, grad_scale, q, dhead, loss_out, B):
-    """The dueling heads of an update and its loss in one launch. head: [2B, atoms*(1+A)], the online
-    network's head layer output, its bias added (rows [0, B) of s, [B, 2B) of s'); head_t: [B, ...], the
-    target network's of s'. q: out [B, A], the online Q of s' (the
-    guard's |Q|); dhead: out [B, atoms*(1+A)] (every column written once, the padding columns zero);
-    loss_out: out [B].
+def _slot_count(atoms: int) -> int:
+    """``_slots(atoms, width)`` of a launch by ``loss_launch``: atoms a lane holds (the same on a GPU, a warp
+    wide, and in the simulator, as wide as the tree up to a warp)."""
+    return max(1, _tree_width(atoms) // WARP)
 
-    Block per sample, warp per branch (``loss_launch``): the branches side by side, lane l holding atoms
-    l, l + 32, ... of its branch (``_slots``: k of them). Each warp computes what ``dueling_head_kernel``
-    would of its sample's three rows, with the same device functions in the same order (so the same
-    bits), but only what the loss reads: the online Q of s' (the next action, argmax, and the guard's
-    |Q|), the online log-probabilities of the taken action alone on s (the other actions' distributions
-    on s enter the gradient only through the dueling mean, which needs none of them), the target's
-    distribution of the next action alone: five of a branch's log-sum-exps where computing every
-    action's on s took seven, and three expectations where it took six. Then
-    it places its source atoms j on the support (shared rows, one per branch) before the block's first
-    barrier, and for each of its atoms z the projected target mass (``_source_mass``: no float atomics),
-    the cross-entropy share and the gradient of atom z's column of each of the branch's actions. The
-    branch's cross-entropy is a tree over the tree's width in a fixed order (the lane's own atoms,
-    ``_fold``, then warp shuffles): the additions of a shared-memory tree, in its order, with no block
-    barrier. After the second barrier the first branch's warp writes the value stream's columns (the
-    branches' gradients summed in branch order) and the loss (the branches' cross-entropies), as a loop
-    over the branches would. Two block barriers in all."""
-    grid_wait()
-    b = cuda.blockIdx.x
-    if b >= B:
-        return
-    lane = cuda.threadIdx.x
-    width = cuda.blockDim.x if SIMULATOR else WARP  # a warp (fewer lanes only in the simulator, see loss_launch)
-    br = cuda.threadIdx.y
-    k = _slots(atoms, width)
-    ce_br = cuda.shared.array(MAX_BRANCHES, float32)  # branch br's cross-entropy
-    sg = cuda.shared.array(RED_SHAPE, float64)  # row br: branch br's gradient of atom z (for the value stream)
-    lo_j = cuda.shared.array(RED_SHAPE, int32)    # row br: source atom j's lower and upper support atom,
-    hi_j = cuda.shared.array(RED_SHAPE, int32)    # its position on the support and its target probability,
-    b_j = cuda.shared.array(RED_SHAPE, float64)   # each computed once, by the lane holding atom j
-    p_j = cuda.shared.array(RED_SHAPE, float32)
-    lp = cuda.local.array(HEAD_SLOTS, float32)
-    t = cuda.local.array(HEAD_SLOTS, float32)
-    v = cuda.local.array(HEAD_SLOTS, float32)
-    mean = cuda.local.array(HEAD_SLOTS, float32)
-    logit = cuda.local.array(HEAD_SLOTS, float32)
-    nA, off = branch_size[U(br)], branch_off[U(br)]
-    at = min(max(actions[U(b), U(br)], 0), nA - 1)
-    hrow = head[U(B + b)]  # s' (online): every action's Q (the guard's), the next action: the first of the largest
-    _row_setup(hrow, lane, width, k, atoms, off, nA, v, mean)
-    best, best_q = 0, float32(0.0)
-    for a in range(max_actions):  # the same trip count in every warp (the simulator's stand-in has barriers)
-        live = a < nA
-        lse = _action_lse(hrow, lane, width, k, atoms, off, a, live, v, mean, logit, t)
-        qa = _action_logp_q(logit, lse, support, lane, width, k, atoms, live, t)
-        if live and (a == 0 or qa > best_q):
-            best, best_q = a, qa
-        if lane == 0 and live:
-            q[U(b), U(off + a)] = qa
-    hrow = head[U(b)]  # s (online): the taken action's log-probabilities alone (``_action_logp_q``'s subtraction)
-    _row_setup(hrow, lane, width, k, atoms, off, nA, v, mean)
-    lse = _action_lse(hrow, lane, width, k, atoms, off, at, True, v, mean, logit, t)
-    for i in range(HEAD_SLOTS):
-        if i >= k:
-            break
-        lp[i] = logit[i] - lse if lane + width * i < atoms else float32(0.0)
-    hrow = head_t[U(b)]  # s' (target): the next action's log-probabilities
-    _row_setup(hrow, lane, width, k, atoms, off, nA, v, mean)
-    lse = _action_lse(hrow, lane, width, k, atoms, off, best, True, v, mean, logit, t)
-    dz = (v_max - v_min) / (atoms - 1)
-    w = is_w[U(b)]
-    r = reward[U(b)]
-    keep = float32(1.0) - done[U(b)]
-    drow = dhead[U(b)]  # the sample's row: one index fewer from here on
-    for i in range(HEAD_SLOTS):
-        if i >= k:
-            break
-        j = lane + width * i
-        if j < atoms:
-            tz = min(max(r + keep * gamma_n * (v_min + j * dz), v_min), v_max)
-            bj = (tz - v_min) / dz
-            lo_j[U(br), U(j)] = min(max(int32(math.floor(bj)), 0), atoms - 1)
-            hi_j[U(br), U(j)] = min(max(int32(math.ceil(bj)), 0), atoms - 1)
-            b_j[U(br), U(j)] = bj
-            p_j[U(br), U(j)] = math.exp(logit[i] - lse)  # the value dueling_head_kernel stores, exponentiated
-    cuda.syncthreads()
-    # each slot at a constant index: the slot arrays stay in registers (a loop over the slots, its body
-    # holding the searches' loops, was not unrolled and kept them in local memory)
-    t[0] = _atom_grad(lo_j, hi_j, b_j, p_j, sg, drow, br, lane, atoms, lp[0], w, grad_scale, n_branch, nA, at,
-                      off)
-    t[1] = float32(0.0) if k < 2 else _atom_grad(lo_j, hi_j, b_j, p_j, sg, drow, br, lane + width, atoms, lp[1], w,
-                                                  grad_scale, n_branch, nA, at, off)
-    t[2] = float32(0.0) if k < 3 else _atom_grad(lo_j, hi_j, b_j, p_j, sg, drow, br, lane + 2 * width, atoms,
-                                                  lp[2], w, grad_scale, n_branch, nA, at, off)
-    t[3] = float32(0.0) if k < 4 else _atom_grad(lo_j, hi_j, b_j, p_j, sg, drow, br, lane + 3 * width, atoms,
-                                                  lp[3], w, grad_scale, n_branch, nA, at, off)
-    total = warp_sum(_fold(t, k, 0))
-    if lane == 0:
-        ce_br[U(br)] = total
-    cuda.syncthreads()
-    if br == 0:
+
+def _make_head_loss(atoms: int, sizes: tuple[int, ...]):
+    """The heads and C51 loss of an update for one shape: ``atoms`` and the branch sizes are compile-time
+    constants of the kernel (see ``head_loss_kernel``)."""
+    n_branch, max_actions, k = len(sizes), max(sizes), _slot_count(atoms)
+    offs = tuple(sum(sizes[:i]) for i in range(n_branch))
+    used = atoms * (1 + sum(sizes))  # the gradient row's columns; the rest are padding
+    top = 1 << (atoms.bit_length() - 1)  # the largest power of two <= atoms (``_count_below``'s first step)
+    sizes_c, offs_c = tuple(int(n) for n in sizes), tuple(int(o) for o in offs)
+
+    def head_loss(head, head_t, actions, reward, done, gamma_n, v_min, v_max, is_w, support, grad_scale, q, dhead,
+                  loss_out, B):
+        """The dueling heads of an update and its loss in one launch. head: [2B, atoms*(1+A)], the online
+        network's head layer output, its bias added (rows [0, B) of s, [B, 2B) of s'); head_t: [B, ...],
+        the target network's of s'. q: out [B, A], the online Q of s' (the guard's |Q|); dhead: out
+        [B, >= atoms*(1+A)] (every column written once, the padding columns zero); loss_out: out [B].
+
+        Block per sample, warp per branch (``loss_launch``): the branches side by side, lane l holding
+        atoms l, l + 32, ... of its branch (k of them). Each warp computes what ``dueling_head_kernel``
+        would of its sample's three rows, with the same device functions in the same order (so the same
+        bits), but only what the loss reads: the online Q of s' (the next action, argmax, and the guard's
+        |Q|), the online log-probabilities of the taken action alone on s (the other actions'
+        distributions on s enter the gradient only through the dueling mean, which needs none of them),
+        the target's distribution of the next action alone: five of a branch's log-sum-exps where
+        computing every action's on s took seven, and three expectations where it took six. Then it
+        places its source atoms j on the support (shared rows, one per branch) before the block's first
+        barrier, and for each of its atoms z the projected target mass (``_source_mass``: no float
+        atomics), the cross-entropy share and the gradient of atom z's column of each of the branch's
+        actions. The branch's cross-entropy is a tree over the tree's width in a fixed order (the lane's
+        own atoms, ``_fold``, then warp shuffles): the additions of a shared-memory tree, in its order,
+        with no block barrier. After the second barrier the first branch's warp writes the value
+        stream's columns (the branches' gradients summed in branch order) and the loss (the branches'
+        cross-entropies), as a loop over the branches would. Two block barriers in all."""
+        grid_wait()
+        b = cuda.blockIdx.x
+        if b >= B:
+            return
+        lane = cuda.threadIdx.x
+        width = cuda.blockDim.x if SIMULATOR else WARP  # a warp (fewer lanes only in the simulator, see loss_launch)
+        br = cuda.threadIdx.y
+        ce_br = cuda.shared.array(MAX_BRANCHES, float32)  # branch br's cross-entropy
+        sg = cuda.shared.array(RED_SHAPE, float64)  # row br: branch br's gradient of atom z (for the value stream)
+        lo_j = cuda.shared.array(RED_SHAPE, int32)    # row br: source atom j's lower and upper support atom,
+        hi_j = cuda.shared.array(RED_SHAPE, int32)    # its position on the support and its target probability,
+        b_j = cuda.shared.array(RED_SHAPE, float64)   # each computed once, by the lane holding atom j
+        p_j = cuda.shared.array(RED_SHAPE, float32)
+        lp = cuda.local.array(HEAD_SLOTS, float32)
+        t = cuda.local.array(HEAD_SLOTS, float32)
+        v = cuda.local.array(HEAD_SLOTS, float32)
+        mean = cuda.local.array(HEAD_SLOTS, float32)
+        logit = cuda.local.array(HEAD_SLOTS, float32)
+        nA, off = int32(sizes_c[br]), int32(offs_c[br])  # int32, as read from an array: g / nA's type (float64)
+        at = min(max(actions[U(b), U(br)], 0), nA - 1)
+        hrow = head[U(B + b)]  # s' (online): every action's Q (the guard's), the next action: the first of the largest
+        _row_setup(hrow, lane, width, k, atoms, off, nA, max_actions, v, mean)
+        best, best_q = 0, float32(0.0)
+        for a in range(max_actions):  # the same trip count in every warp (the simulator's stand-in has barriers)
+            live = a < nA
+            lse = _action_lse(hrow, lane, width, k, atoms, off, a, live, v, mean, logit, t)
+            qa = _action_logp_q(logit, lse, support, lane, width, k, atoms, live, t)
+            if live and (a == 0 or qa > best_q):
+                best, best_q = a, qa
+            if lane == 0 and live:
+                q[U(b), U(off + a)] = qa
+        hrow = head[U(b)]  # s (online): the taken action's log-probabilities alone (``_action_logp_q``'s subtraction)
+        _row_setup(hrow, lane, width, k, atoms, off, nA, max_actions, v, mean)
+        lse = _action_lse(hrow, lane, width, k, atoms, off, at, True, v, mean, logit, t)
         for i in range(HEAD_SLOTS):
             if i >= k:
                 break
-            z = lane + width * i
-            if z < atoms:
-                vz = float32(0.0)
-                for c in range(n_branch):
-                    vz = float32(vz + sg[U(c), U(z)])
-                drow[U(z)] = vz
+            lp[i] = logit[i] - lse if lane + width * i < atoms else float32(0.0)
+        hrow = head_t[U(b)]  # s' (target): the next action's log-probabilities
+        _row_setup(hrow, lane, width, k, atoms, off, nA, max_actions, v, mean)
+        lse = _action_lse(hrow, lane, width, k, atoms, off, best, True, v, mean, logit, t)
+        dz = (v_max - v_min) / (atoms - 1)
+        w = is_w[U(b)]
+        r = reward[U(b)]
+        keep = float32(1.0) - done[U(b)]
+        drow = dhead[U(b)]  # the sample's row: one index fewer from here on
+        for i in range(HEAD_SLOTS):
+            if i >= k:
+                break
+            j = lane + width * i
+            if j < atoms:
+                tz = min(max(r + keep * gamma_n * (v_min + j * dz), v_min), v_max)
+                bj = (tz - v_min) / dz
+                lo_j[U(br), U(j)] = min(max(int32(math.floor(bj)), 0), atoms - 1)
+                hi_j[U(br), U(j)] = min(max(int32(math.ceil(bj)), 0), atoms - 1)
+                b_j[U(br), U(j)] = bj
+                p_j[U(br), U(j)] = math.exp(logit[i] - lse)  # the value dueling_head_kernel stores, exponentiated
+        cuda.syncthreads()
+        # each slot at a constant index: the slot arrays stay in registers (a loop over the slots, its body
+        # holding the searches' loops, was not unrolled and kept them in local memory)
+        t[0] = _atom_grad(lo_j, hi_j, b_j, p_j, sg, drow, br, lane, atoms, top, lp[0], w, grad_scale, n_branch, nA,
+                          max_actions, at, off)
+        t[1] = float32(0.0) if k < 2 else _atom_grad(lo_j, hi_j, b_j, p_j, sg, drow, br, lane + width, atoms, top,
+                                                      lp[1], w, grad_scale, n_branch, nA, max_actions, at, off)
+        t[2] = float32(0.0) if k < 3 else _atom_grad(lo_j, hi_j, b_j, p_j, sg, drow, br, lane + 2 * width, atoms, top,
+                                                      lp[2], w, grad_scale, n_branch, nA, max_actions, at, off)
+        t[3] = float32(0.0) if k < 4 else _atom_grad(lo_j, hi_j, b_j, p_j, sg, drow, br, lane + 3 * width, atoms, top,
+                                                      lp[3], w, grad_scale, n_branch, nA, max_actions, at, off)
+        total = warp_sum(_fold(t, k, 0))
         if lane == 0:
-            loss = float32(0.0)
-            for c in range(n_branch):
-                loss += ce_br[U(c)]
-            loss_out[U(b)] = loss / n_branch
-    cols = dhead.shape[1]  # the padding columns past the last branch's actions
-    used = atoms * (1 + branch_off[n_branch - 1] + branch_size[n_branch - 1])
-    for c in range(used + lane + width * br, cols, width * cuda.blockDim.y):
-        drow[U(c)] = 0.0
+            ce_br[U(br)] = total
+        cuda.syncthreads()
+        if br == 0:
+            for i in range(HEAD_SLOTS):
+                if i >= k:
+                    break
+                z = lane + width * i
+                if z < atoms:
+                    vz = float32(0.0)
+                    for c in range(n_branch):
+                        vz = float32(vz + sg[U(c), U(z)])
+                    drow[U(z)] = vz
+            if lane == 0:
+                loss = float32(0.0)
+                for c in range(n_branch):
+                    loss += ce_br[U(c)]
+                loss_out[U(b)] = loss / n_branch
+        for c in range(used + lane + width * br, dhead.shape[1], width * cuda.blockDim.y):  # the padding columns
+            drow[U(c)] = 0.0
+
+    head_loss.__name__ = head_loss.__qualname__ = f"c51_head_loss_a{atoms}_b{'x'.join(map(str, sizes))}"
+    return head_loss
+
+
+@functools.cache
+def head_loss_kernel(atoms: int, branch_sizes: tuple[int, ...]):
+    """The kernel of an update's heads and C51 loss for ``atoms`` atoms and branches of ``branch_sizes``
+    actions, built once per shape (a kernel of its own, named for its shape, compiled on its first launch
+    and cached on disk like the others). The shape is a compile-time constant: the slot loops, the
+    advantage means, the action loops and the projection's search steps unroll, its offsets become
+    immediates (ptxas 13.0, sm_90, at 51 atoms and 3 x 3 actions: 4,096 SASS instructions and 64 registers
+    for the kernel that took the shape as arguments, 2,064 and 50 for this one). ``branch_sizes``: a
+    tuple (the cache's key). Launch with ``loss_launch(B, atoms, len(branch_sizes))``."""
+    sizes = tuple(int(n) for n in branch_sizes)
+    loss_launch(1, int(atoms), len(sizes))  # the shape's limits, checked where it is built
+    if min(sizes) < 1:
+        raise ValueError(f"the C51 loss needs at least one action a branch, not {sizes}")
+    if atoms < 2:
+        raise ValueError(f"the C51 loss needs at least 2 atoms, not {atoms}")
+    return kernel(void(float32[:, ::1], float32[:, ::1], int32[:, ::1], float32[::1], float32[::1], float32, float32,
+                       float32, float32[::1], float32[::1], float32, float32[:, ::1], float32[:, ::1], float32[::1],
+                       int64))(_make_head_loss(int(atoms), sizes))
 
 
 # ---- NumPy references ----

@@ -186,7 +186,7 @@ def test_graph_with_cublas_and_numba_equals_eager(rng, device, blas):
     """A forward pass + heads and C51 loss + grad norm and guard + Adam with the target EMA: eager three times,
     then captured and replayed three times; bit-equal (the arrival count left at zero between launches)."""
     B, D, H, atoms = 256, 32, 128, 51
-    nb, sizes, offs = 3, np.array([3, 3, 3], np.int32), np.array([0, 3, 6], np.int32)
+    nb, sizes = 3, (3, 3, 3)
     W = atoms * 10
     s = device.stream
     x = cuda.to_device(rng.normal(size=(B, D)).astype(np.float32), stream=s)
@@ -208,7 +208,6 @@ def test_graph_with_cublas_and_numba_equals_eager(rng, device, blas):
     m, v = cuda.to_device(np.zeros(H * W, np.float32), stream=s), cuda.to_device(np.zeros(H * W, np.float32), stream=s)
     parts, clip = cuda.device_array(optim.NORM_BLOCKS, np.float64, stream=s), cuda.device_array(2, np.float32, stream=s)
     step, lr = cuda.to_device(np.zeros(1, np.int64), stream=s), cuda.to_device(np.array([1e-3], np.float32), stream=s)
-    dsizes, doffs = cuda.to_device(sizes, stream=s), cuda.to_device(offs, stream=s)
     guard = cuda.to_device(np.zeros(1, np.int32), stream=s)
     arrivals, stats = cuda.to_device(np.zeros(1, np.int32), stream=s), cuda.to_device(np.zeros(4, np.float32), stream=s)
     target = cuda.to_device(np.zeros(H * W, np.float32), stream=s)
@@ -218,9 +217,8 @@ def test_graph_with_cublas_and_numba_equals_eager(rng, device, blas):
         grid, tpb = dense.bias_act_launch(B, H, False)
         dense.bias_act_kernel[grid, tpb, st](h, b1, B, H, dense.ACT_RELU)
         blas.gemm(h, w2, head)
-        c51.c51_head_loss_kernel[c51.loss_launch(B, atoms, nb) + (st,)](
-            pair, head_t, acts, rew, done, 0.97, -1.0, 1.0, atoms, isw, nb, dsizes, doffs, 3,
-            support, 1.0 / B, q, dhead, loss, B)
+        c51.head_loss_kernel(atoms, sizes)[c51.loss_launch(B, atoms, nb) + (st,)](
+            pair, head_t, acts, rew, done, 0.97, -1.0, 1.0, isw, support, 1.0 / B, q, dhead, loss, B)
         blas.gemm(h, dhead, dw2, 1, 0)
         optim.grad_norm_guard_kernel[optim.NORM_BLOCKS, 256, st](dw2.reshape(H * W), H * W, parts, arrivals, 10.0, clip,
                                                                  loss, isw, B, q, B, 1e6, guard, stats)

@@ -547,14 +547,14 @@ def test_dueling_head_matches_reference(rng, atoms):
 
 def _head_loss(head_pair, bias, head_t, bias_t, acts, reward, done, gamma_n, v_min, v_max, atoms, w, sizes, offs,
                support, width):
-    """c51_head_loss_kernel on poisoned outputs: (online Q of s' [B, A], dhead [B, width], loss [B]); the heads'
-    biases added in float32 first (what the head GEMM's epilogue does)."""
+    """The shape's ``head_loss_kernel`` on poisoned outputs: (online Q of s' [B, A], dhead [B, width], loss [B]);
+    the heads' biases added in float32 first (what the head GEMM's epilogue does)."""
     B = head_t.shape[0]
+    assert np.array_equal(offs, np.cumsum(sizes) - sizes)  # the kernel derives the offsets from the sizes
     q, dhead, loss = poisoned((B, int(sizes.sum()))), poisoned((B, width)), poisoned(B)
-    c51.c51_head_loss_kernel[c51.loss_launch(B, atoms, len(sizes))](
-        dev(head_pair + bias), dev(head_t + bias_t), dev(acts), dev(reward), dev(done), gamma_n, v_min, v_max, atoms,
-        dev(w), len(sizes), dev(sizes), dev(offs), int(sizes.max()), dev(support.astype(np.float32)), 1.0 / B, q, dhead,
-        loss, B)
+    c51.head_loss_kernel(atoms, tuple(sizes))[c51.loss_launch(B, atoms, len(sizes))](
+        dev(head_pair + bias), dev(head_t + bias_t), dev(acts), dev(reward), dev(done), gamma_n, v_min, v_max,
+        dev(w), dev(support.astype(np.float32)), 1.0 / B, q, dhead, loss, B)
     return q.copy_to_host(), dhead.copy_to_host(), loss.copy_to_host()
 
 

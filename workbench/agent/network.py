@@ -180,7 +180,7 @@ class DeviceNetwork:
                  fused: bool = False, masks: bool = False, head: bool = True, logp: bool = True,
                  backward: bool = True, bf16: bool = False, weights16=None, obs16=None):
         """``head``: whether this network runs its own dueling head (``q``, and with ``logp`` the
-        log-probabilities); an update's networks leave it to their loss (``c51.c51_head_loss_kernel``, which
+        log-probabilities); an update's networks leave it to their loss (``c51.head_loss_kernel``, which
         writes the online Q of s' into ``q``). Acting and backtesting read ``q`` alone (``logp=False``: no
         ``[rows, actions, atoms]`` buffer written) and never backpropagate (``backward=False``: no gradient
         workspaces): at the reference shape a backtest chunk's network (16,384 rows) holds ~97 MiB instead
@@ -296,7 +296,7 @@ class DeviceNetwork:
     def forward(self, params_flat, x, head: bool = True) -> None:
         """x: float32 [rows, obs_cols] (its padding columns zero); fills h1, h2, head (its bias added) and,
         with ``head``, q and logp where kept (the dueling head; a training update leaves it to its loss,
-        ``c51.c51_head_loss_kernel``)."""
+        ``c51.head_loss_kernel``)."""
         run_steps(self.forward_steps(params_flat, x, head))
 
     def backward(self, params_flat, grads_flat, x, dhead) -> None:

@@ -272,10 +272,9 @@ class DeviceTrainer:
         S, cfg = self.state, self.cfg
         b, lr, nets, sh = S.batch, S.learner, S.nets, S.shape
         nb = len(sh.branch_sizes)
-        K_c51.c51_head_loss_kernel[K_c51.loss_launch(b.size, sh.atoms, nb) + (st,)](
+        K_c51.head_loss_kernel(sh.atoms, sh.branch_sizes)[K_c51.loss_launch(b.size, sh.atoms, nb) + (st,)](
             nets.online.head, nets.t2.head, b.actions, b.ret, b.terminal, cfg.gamma ** cfg.n_step, cfg.v_min,
-            cfg.v_max, sh.atoms, b.isw, nb, lr.branch_sizes, lr.branch_offsets, max(sh.branch_sizes), nets.online.support,
-            1.0 / b.size, nets.s2.q, b.dhead, b.loss, b.size)
+            cfg.v_max, b.isw, nets.online.support, 1.0 / b.size, nets.s2.q, b.dhead, b.loss, b.size)
 
     def _grad_norm_guard(self, st) -> None:
         S, cfg = self.state, self.cfg
@@ -344,6 +343,8 @@ class DeviceTrainer:
         self.state = alloc_state(d, self.gemm, self.profile, self.cfg, w, self.seed, self.norm_blocks, window)
         d.synchronize()
         t1 = time.perf_counter()
+        sh = self.state.shape
+        K_c51.head_loss_kernel(sh.atoms, sh.branch_sizes)  # this shape's loss kernel, declared before the loading
         self.kernels_loaded = 0 if d.simulator else load_kernels()  # compiled or cached, loaded, none launched
         t2 = time.perf_counter()
         self._reset_envs(d.stream)  # the envs' first reset (every env starts with done = 1)
