@@ -22,7 +22,7 @@ import math
 import numpy as np
 
 from .nb import SIMULATOR, WARP, cuda, device_function, float32, float64, int32, int64, kernel, void, warp_max, warp_sum
-from .nb import U, grid_wait
+from .nb import Kernel, U, grid_wait
 
 MAX_ATOMS = 128
 MAX_BRANCHES = 4
@@ -389,24 +389,27 @@ def _make_head_loss(atoms: int, sizes: tuple[int, ...]):
     return head_loss
 
 
-@functools.cache
-def head_loss_kernel(atoms: int, branch_sizes: tuple[int, ...]):
+def head_loss_kernel(atoms: int, branch_sizes) -> Kernel:
     """The kernel of an update's heads and C51 loss for ``atoms`` atoms and branches of ``branch_sizes``
     actions, built once per shape (a kernel of its own, named for its shape, compiled on its first launch
     and cached on disk like the others). The shape is a compile-time constant: the slot loops, the
     advantage means, the action loops and the projection's search steps unroll, its offsets become
     immediates (ptxas 13.0, sm_90, at 51 atoms and 3 x 3 actions: 4,096 SASS instructions and 64 registers
-    for the kernel that took the shape as arguments, 2,064 and 50 for this one). ``branch_sizes``: a
-    tuple (the cache's key). Launch with ``loss_launch(B, atoms, len(branch_sizes))``."""
-    sizes = tuple(int(n) for n in branch_sizes)
-    loss_launch(1, int(atoms), len(sizes))  # the shape's limits, checked where it is built
+    for the kernel that took the shape as arguments, 2,064 and 50 for this one). Launch with
+    ``loss_launch(B, atoms, len(branch_sizes))``."""
+    return _head_loss_kernel(int(atoms), tuple(int(n) for n in branch_sizes))
+
+
+@functools.cache
+def _head_loss_kernel(atoms: int, sizes: tuple[int, ...]) -> Kernel:
+    loss_launch(1, atoms, len(sizes))  # the shape's limits, checked where it is built
     if min(sizes) < 1:
         raise ValueError(f"the C51 loss needs at least one action a branch, not {sizes}")
     if atoms < 2:
         raise ValueError(f"the C51 loss needs at least 2 atoms, not {atoms}")
     return kernel(void(float32[:, ::1], float32[:, ::1], int32[:, ::1], float32[::1], float32[::1], float32, float32,
                        float32, float32[::1], float32[::1], float32, float32[:, ::1], float32[:, ::1], float32[::1],
-                       int64))(_make_head_loss(int(atoms), sizes))
+                       int64))(_make_head_loss(atoms, sizes))
 
 
 # ---- NumPy references ----

@@ -590,6 +590,19 @@ def test_c51_head_loss_unequal_branches_and_padded_rows(rng):
         c51.loss_launch(B, atoms, 5)
 
 
+def test_head_loss_kernel_is_built_once_a_shape_and_refuses_shapes_it_cannot_hold():
+    """One kernel a shape, whatever sequence or integer type names it; a shape past the kernel's shared
+    rows or with an empty branch is refused where the kernel is asked for, with the limits named."""
+    k = c51.head_loss_kernel(51, (3, 3, 3))
+    assert c51.head_loss_kernel(np.int64(51), [3, 3, np.int32(3)]) is k
+    assert c51.head_loss_kernel(51, (2, 4, 3)) is not k
+    assert k.__name__ == "c51_head_loss_a51_b3x3x3"
+    for atoms, sizes, match in ((51, (3, 3, 3, 3, 3), "1..4 branches"), (129, (3,), "at most 128 atoms"),
+                                (51, (3, 0), "at least one action"), (1, (3,), "at least 2 atoms")):
+        with pytest.raises(ValueError, match=match):
+            c51.head_loss_kernel(atoms, sizes)
+
+
 def test_c51_head_loss_matches_the_head_kernel_bit_for_bit(rng):
     """What the fused launch computes of the heads is what ``dueling_head_kernel`` computes (the same device
     functions in the same order): its Q of s' bit for bit, and its loss the one the head's log-probabilities
