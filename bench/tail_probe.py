@@ -7,7 +7,9 @@ at its launch shape today and at others (fewer, fatter blocks), on one stream (`
 lanes side by side (``x16``, us per agent), and checks every shape's result against today's (the norm:
 float64 partial sums in another order, so within 1e-12 relative; the scan's prefix sums the same; Adam
 the same bits). Run it with ``CUDA_DEVICE_MAX_CONNECTIONS`` set to see whether the branches of a graph
-were held back by the driver's default of 8 hardware queues.
+were held back by the driver's default of 8 hardware queues. A variant that is not the package's kernel,
+Adam in float32 arithmetic (PyTorch's form of the step), is timed beside ``adam_kernel`` with the largest
+difference in a weight's step between the two.
 Usage (on the GPU machine): python bench/tail_probe.py [--inner 50] [--json OUT]
 """
 from __future__ import annotations
@@ -17,6 +19,7 @@ import json
 import os
 
 import numpy as np
+from numba import cuda
 
 from train_step import B, BRANCHES, us_per_launch
 
@@ -28,11 +31,11 @@ def _adam_float32_variant():
     """Adam with the target's EMA (``optim.adam_kernel``'s signature and semantics) in float32 arithmetic."""
     import math
 
-    from numba import cuda, float32, float64
+    from numba import float32, float64
 
     from cuda_kernels import optim
 
-    @cuda.jit(optim.adam_kernel.signature)
+    @cuda.jit(optim.adam_kernel.signature)  # cuda: the module's global (the simulator swaps a kernel's globals)
     def adam32(p, g, m, v, n, lr_arr, beta1, beta2, eps, weight_decay, step_arr, clip, guard, target, tau):
         if guard[0] != 0:
             return

@@ -110,36 +110,30 @@ def step_increment_kernel(step_arr):
 
 
 @device_function
-def _adam_scalars(step_arr, beta1, beta2, lr_arr, weight_decay, clip):
-    """An Adam launch's scalars, in float32: the step size ``lr / (1 - beta1 ** t)``, ``1 / sqrt(1 - beta2
-    ** t)`` (t = ``step_arr[0]``), ``lr * weight_decay`` and the gradient's clip scale. The bias
-    corrections are float64 powers computed once a block, not once a thread, shared through shared
-    memory: every thread of the block calls this."""
-    sc = cuda.shared.array(3, float32)
+def _adam_scalars(step_arr, beta1, beta2, lr_arr, clip):
+    """An Adam launch's scalars: the bias corrections ``1 - beta ** t`` (t = ``step_arr[0]``; two float64
+    powers once a block, not once a thread, shared through shared memory: every thread of the block calls
+    this), the learning rate and the gradient's clip scale."""
+    bc = cuda.shared.array(2, float64)
     if cuda.threadIdx.x == 0:
         t = float64(step_arr[0])
-        lr = float64(lr_arr[0])
-        sc[0] = float32(lr / (1.0 - float64(beta1) ** t))
-        sc[1] = float32(1.0 / math.sqrt(1.0 - float64(beta2) ** t))
-        sc[2] = float32(lr * float64(weight_decay))
+        bc[0] = 1.0 - float64(beta1) ** t
+        bc[1] = 1.0 - float64(beta2) ** t
     cuda.syncthreads()
-    return sc[0], sc[1], sc[2], clip[1]
+    return bc[0], bc[1], float64(lr_arr[0]), clip[1]
 
 
 @device_function
-def _adam_element(p, g, m, v, target, i, scale, beta1, beta2, eps, step_size, inv_sqrt_bc2, lr_wd, tau):
+def _adam_element(p, g, m, v, target, i, scale, beta1, beta2, eps, weight_decay, lr, bc1, bc2, tau):
     """Adam on element ``i`` of the weights, then the target's Polyak average of it; returns the new
-    weight and target (both also stored). Float32 arithmetic, PyTorch's form of the step:
-    ``p - lr * wd * p - step_size * m / (sqrt(v) / sqrt(1 - beta2 ** t) + eps)``, the bias corrections
-    folded into the launch's scalars (``_adam_scalars``): one float32 square root and one division an
-    element (float64 divisions and a float64 square root an element took ~130 instructions)."""
+    weight and target (both also stored)."""
     gi = g[i] * scale
     mi = beta1 * m[i] + (float32(1.0) - beta1) * gi
     vi = beta2 * v[i] + (float32(1.0) - beta2) * gi * gi
     m[i] = mi
     v[i] = vi
-    p0 = p[i]
-    pi = p0 - lr_wd * p0 - step_size * mi / (math.sqrt(vi) * inv_sqrt_bc2 + eps)  # sqrt: not pow(x, 0.5)
+    upd = (mi / bc1) / (math.sqrt(vi / bc2) + eps) + weight_decay * p[i]  # sqrt: not pow(x, 0.5)
+    pi = float32(p[i] - lr * upd)
     p[i] = pi
     ti = (float32(1.0) - tau) * target[i] + tau * pi
     target[i] = ti
@@ -158,16 +152,15 @@ def adam_kernel(p, g, m, v, n, lr_arr, beta1, beta2, eps, weight_decay, step_arr
     incremented); clip: float32 [2] from ``grad_norm_guard_kernel`` (the scale is clip[1]); guard:
     int32 [1], when non-zero (the training guard tripped) nothing is updated. The target becomes
     ``(1 - tau) * target + tau * p`` with p the float32 weight just written (what a separate EMA pass
-    after Adam reads), one pass over the weights instead of two. Float32 arithmetic (``_adam_element``);
-    the square root is ``math.sqrt`` (``sqrt.rn.f32``, correctly rounded): ``** 0.5`` compiled to a
-    ``pow`` call per element."""
+    after Adam reads), one pass over the weights instead of two. The square root is ``math.sqrt``
+    (``sqrt.rn.f64``, correctly rounded): ``** 0.5`` compiled to a float64 ``pow`` call per element."""
     grid_wait()
     if guard[0] != 0:
         return
-    step_size, inv_sqrt_bc2, lr_wd, scale = _adam_scalars(step_arr, beta1, beta2, lr_arr, weight_decay, clip)
+    bc1, bc2, lr, scale = _adam_scalars(step_arr, beta1, beta2, lr_arr, clip)
     for i0 in range(cuda.grid(1), n, cuda.gridsize(1)):
         i = U(i0)  # unsigned: no wraparound select on each of the nine accesses
-        _adam_element(p, g, m, v, target, i, scale, beta1, beta2, eps, step_size, inv_sqrt_bc2, lr_wd, tau)
+        _adam_element(p, g, m, v, target, i, scale, beta1, beta2, eps, weight_decay, lr, bc1, bc2, tau)
 
 
 @kernel(void(*_ADAM_SIG, uint16[::1], uint16[::1]))
@@ -179,11 +172,10 @@ def adam_bf16_kernel(p, g, m, v, n, lr_arr, beta1, beta2, eps, weight_decay, ste
     grid_wait()
     if guard[0] != 0:
         return
-    step_size, inv_sqrt_bc2, lr_wd, scale = _adam_scalars(step_arr, beta1, beta2, lr_arr, weight_decay, clip)
+    bc1, bc2, lr, scale = _adam_scalars(step_arr, beta1, beta2, lr_arr, clip)
     for i0 in range(cuda.grid(1), n, cuda.gridsize(1)):
         i = U(i0)
-        pi, ti = _adam_element(p, g, m, v, target, i, scale, beta1, beta2, eps, step_size, inv_sqrt_bc2, lr_wd,
-                               tau)
+        pi, ti = _adam_element(p, g, m, v, target, i, scale, beta1, beta2, eps, weight_decay, lr, bc1, bc2, tau)
         p16[i] = to_bf16(pi)
         target16[i] = to_bf16(ti)
 
