@@ -1,6 +1,6 @@
 """Our kernels of the update at the reference shape, alone and 16 at once, against another tree's (#16, #15).
 
-Times ``cuda_kernels.c51``'s ``dueling_head_kernel`` (2048 rows: the online forward on s and s'; 1024
+Times ``cuda_kernels.c51``'s ``head_kernel(51, (3, 3, 3))`` (2048 rows: the online forward on s and s'; 1024
 rows: the target's on s'; what acting runs), ``head_loss_kernel(51, (3, 3, 3))`` (1024 samples: an update's heads and
 loss; an old tree's three launches for the same) and ``dense.bias_act_backward_kernel``
 (1024 rows of 512 hidden units with the ReLU's gradient; 510 head columns without), each launched
@@ -106,17 +106,20 @@ def main() -> int:
             hb.append({"head": cuda.to_device(h), "bias": cuda.to_device(bias), "head_b": cuda.to_device(h + bias),
                        "logp": cuda.device_array((rows, A, ATOMS), np.float32),
                        "q": cuda.device_array((rows, A), np.float32)})
-        variants = [(f"head {n} {rows} rows", m[0].dueling_head_kernel, m[0].head_launch(rows, ATOMS, nb))
-                    for n, m in kmods.items()]
+        now_head = c51.head_kernel(ATOMS, BRANCHES)
+        variants = [(f"head {n} {rows} rows", now_head if n == "now" else m[0].dueling_head_kernel,
+                     m[0].head_launch(rows, ATOMS, nb)) for n, m in kmods.items()]
         for r in (32, 48, 64):  # occupancy against spills: other caps than the kernel's own
             variants.append((f"head now r{r} (variant) {rows} rows",
-                             cuda.jit(c51.dueling_head_kernel.signature, max_registers=r)(c51.dueling_head_kernel.py_func),
+                             cuda.jit(now_head.signature, max_registers=r)(now_head.py_func),
                              c51.head_launch(rows, ATOMS, nb)))
         outputs = {}
         for label, kern, launch in variants:
             def make(buf, kern=kern, launch=launch):
                 head = (buf["head"], buf["bias"]) if _reads_bias(kern) else (buf["head_b"],)
                 logp = (buf["logp"], 1) if "write_logp" in _params(kern) else (buf["logp"],)  # written, as before
+                if "atoms" not in _params(kern):  # built for its shape (head_kernel): no shape arguments
+                    return lambda st: kern[launch + (st,)](*head, rows, consts[2], *logp, buf["q"])
                 return lambda st: kern[launch + (st,)](*head, rows, nb, consts[0], consts[1], ATOMS,
                                                        max(BRANCHES), consts[2], *logp, buf["q"])
             outputs[label] = run(label, make, hb, kern, lambda buf: (buf["logp"].copy_to_host(), buf["q"].copy_to_host()))

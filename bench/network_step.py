@@ -44,8 +44,7 @@ def main() -> int:
     shape = NetShape(obs_dim=F + N_POS, hidden=hidden, atoms=atoms, branch_sizes=BRANCHES, align=LAYOUT_ALIGN,
                      obs_align=OBS_ALIGN)  # the device layout
     rng = np.random.default_rng(0)
-    consts = (cuda.to_device(np.linspace(-10, 10, atoms).astype(np.float32)),
-              cuda.to_device(np.array(shape.branch_sizes, np.int32)), cuda.to_device(np.array(shape.branch_offsets, np.int32)))
+    consts = (cuda.to_device(np.linspace(-10, 10, atoms).astype(np.float32)),)
     x = np.zeros((2 * rows, shape.obs_cols), np.float32)
     x[:, :shape.obs_dim] = rng.normal(size=(2 * rows, shape.obs_dim))
     dhead = np.zeros((rows, shape.head_cols), np.float32)

@@ -55,15 +55,6 @@ def loss_launch(B: int, atoms: int, n_branch: int) -> tuple[int, tuple[int, int]
 
 
 @device_function
-def _slots(atoms, width):
-    """Atoms per lane: the power of two >= atoms (the reduction tree's width) over the warp's width, at least 1."""
-    lanes = 1
-    while lanes < atoms:
-        lanes *= 2
-    return max(1, lanes // width)
-
-
-@device_function
 def _fold(t, k, op):
     """The lane's own ``k`` (1, 2 or 4) values, atoms lane + 32 j, reduced in the tree's order for the
     levels at and above the warp's width (atom i with atom i + 64, then with i + 32); constant indices,
@@ -146,52 +137,78 @@ def _action_logp_q(logit, lse, support, lane, width, k, atoms, live, t):
 # The head is bound by occupancy (with no cap ptxas gives it 72-80 registers a thread and it takes as long
 # per agent with 16 agents at once as alone). Capped at 40 it spills nothing and ran, on the H200
 # (bench/kernel_probe.py), 2048 rows 18.8 -> 14.4 us alone and 17.7 -> 11.1 us per agent with 16 agents.
+# Built per shape (``head_kernel``) it needs 37 at the reference shape (ptxas 13.0, sm_90): the cap stays as
+# a bound for other shapes.
 HEAD_REGISTERS = 40
 
 
-@kernel(void(float32[:, ::1], int64, int64, int32[::1], int32[::1], int64, int64, float32[::1],
-             float32[:, :, ::1], int64, float32[:, ::1]), max_registers=HEAD_REGISTERS)
-def dueling_head_kernel(head, B, n_branch, branch_size, branch_off, atoms, max_actions, support, logp, write_logp, q):
-    """head: [B, atoms*(1+A)], the head layer's output, its bias added (by the head GEMM's epilogue);
-    support: [atoms]; logp: out [B, A, atoms] where ``write_logp`` (acting and backtests read Q alone: then
-    any array, never written); q: out [B, A].
+def _make_head(atoms: int, sizes: tuple[int, ...]):
+    """The dueling head for one shape: ``atoms`` and the branch sizes are compile-time constants (see
+    ``head_kernel``)."""
+    max_actions, k = max(sizes), _slot_count(atoms)
+    sizes_c, offs_c = sizes, tuple(sum(sizes[:i]) for i in range(len(sizes)))
 
-    Block per row, warp per branch (``head_launch``): lane l owns atoms l, l + 32, ... (``_slots``: k of
-    them), so a row is read with consecutive lanes on consecutive columns; the slots past k are never
-    computed (a warp-uniform exit from each slot loop). Max, sum and expectation over atoms are trees in
-    a fixed order, the lane's own atoms first (``_fold``), then warp shuffles (``warp_max``,
-    ``warp_sum``): the additions of a shared-memory tree over a power-of-two width, in its order, with
-    no block barrier (deterministic). Float32 throughout (logits, max, exponentials, logarithm): the
-    logits are float32 GEMM outputs, and float64 here cost registers, so occupancy, for nothing the
-    loss can see (float32 vs float64 outputs differed by about 2e-6 on the H200)."""
-    grid_wait()
-    b = cuda.blockIdx.x
-    if b >= B:
-        return
-    lane = cuda.threadIdx.x
-    width = cuda.blockDim.x if SIMULATOR else WARP  # a warp (fewer lanes only in the simulator, see head_launch)
-    br = cuda.threadIdx.y
-    nA, off = branch_size[br], branch_off[br]
-    k = _slots(atoms, width)
-    hrow = head[b]  # the row's views: one-dimensional indexing from here on
-    lrow = logp[b if write_logp else 0]
-    v = cuda.local.array(HEAD_SLOTS, float32)
-    mean = cuda.local.array(HEAD_SLOTS, float32)
-    logit = cuda.local.array(HEAD_SLOTS, float32)
-    t = cuda.local.array(HEAD_SLOTS, float32)
-    _row_setup(hrow, lane, width, k, atoms, off, nA, max_actions, v, mean)
-    for a in range(max_actions):  # the same trip count in every warp (the simulator's stand-in has barriers)
-        live = a < nA
-        lse = _action_lse(hrow, lane, width, k, atoms, off, a, live, v, mean, logit, t)
-        qa = _action_logp_q(logit, lse, support, lane, width, k, atoms, live, t)
-        for j in range(HEAD_SLOTS):
-            if j >= k:
-                break
-            z = lane + width * j
-            if z < atoms and live and write_logp:
-                lrow[U(off + a), U(z)] = logit[j]
-        if lane == 0 and live:
-            q[b, off + a] = qa
+    def dueling_head(head, B, support, logp, write_logp, q):
+        """head: [B, atoms*(1+A)], the head layer's output, its bias added (by the head GEMM's epilogue);
+        support: [atoms]; logp: out [B, A, atoms] where ``write_logp`` (acting and backtests read Q alone:
+        then any array, never written); q: out [B, A].
+
+        Block per row, warp per branch (``head_launch``): lane l owns atoms l, l + 32, ... (k of them),
+        so a row is read with consecutive lanes on consecutive columns; the slots past k are never
+        computed. Max, sum and expectation over atoms are trees in a fixed order, the lane's own atoms
+        first (``_fold``), then warp shuffles (``warp_max``, ``warp_sum``): the additions of a
+        shared-memory tree over a power-of-two width, in its order, with no block barrier
+        (deterministic). Float32 throughout (logits, max, exponentials, logarithm): the logits are
+        float32 GEMM outputs, and float64 here cost registers, so occupancy, for nothing the loss can
+        see (float32 vs float64 outputs differed by about 2e-6 on the H200)."""
+        grid_wait()
+        b = cuda.blockIdx.x
+        if b >= B:
+            return
+        lane = cuda.threadIdx.x
+        width = cuda.blockDim.x if SIMULATOR else WARP  # a warp (fewer lanes only in the simulator, see head_launch)
+        br = cuda.threadIdx.y
+        nA, off = int32(sizes_c[br]), int32(offs_c[br])  # int32, as read from an array
+        hrow = head[b]  # the row's views: one-dimensional indexing from here on
+        lrow = logp[b if write_logp else 0]
+        v = cuda.local.array(HEAD_SLOTS, float32)
+        mean = cuda.local.array(HEAD_SLOTS, float32)
+        logit = cuda.local.array(HEAD_SLOTS, float32)
+        t = cuda.local.array(HEAD_SLOTS, float32)
+        _row_setup(hrow, lane, width, k, atoms, off, nA, max_actions, v, mean)
+        for a in range(max_actions):  # the same trip count in every warp (the simulator's stand-in has barriers)
+            live = a < nA
+            lse = _action_lse(hrow, lane, width, k, atoms, off, a, live, v, mean, logit, t)
+            qa = _action_logp_q(logit, lse, support, lane, width, k, atoms, live, t)
+            for j in range(HEAD_SLOTS):
+                if j >= k:
+                    break
+                z = lane + width * j
+                if z < atoms and live and write_logp:
+                    lrow[U(off + a), U(z)] = logit[j]
+            if lane == 0 and live:
+                q[b, off + a] = qa
+
+    dueling_head.__name__ = dueling_head.__qualname__ = f"dueling_head_a{atoms}_b{'x'.join(map(str, sizes))}"
+    return dueling_head
+
+
+def head_kernel(atoms: int, branch_sizes) -> Kernel:
+    """The dueling head's kernel for ``atoms`` atoms and branches of ``branch_sizes`` actions, built once
+    per shape like ``head_loss_kernel`` (its shape a compile-time constant: ptxas 13.0, sm_90, 51 atoms
+    and 3 x 3 actions, capped at HEAD_REGISTERS: 864 SASS instructions, 40 registers and a 4-byte spill
+    for the kernel that took the shape as arguments, 304, 37 and none for this one). Launch with
+    ``head_launch(rows, atoms, len(branch_sizes))`` and (head, rows, support, logp, write_logp, q)."""
+    return _head_kernel(int(atoms), tuple(int(n) for n in branch_sizes))
+
+
+@functools.cache
+def _head_kernel(atoms: int, sizes: tuple[int, ...]) -> Kernel:
+    if not 1 <= atoms <= MAX_ATOMS or not sizes or min(sizes) < 1:
+        raise ValueError(f"the dueling head holds 1..{MAX_ATOMS} atoms and branches of at least one action, "
+                         f"not {atoms} atoms and branches {sizes}")
+    return kernel(void(float32[:, ::1], int64, float32[::1], float32[:, :, ::1], int64, float32[:, ::1]),
+                  max_registers=HEAD_REGISTERS)(_make_head(atoms, sizes))
 
 
 @device_function
@@ -258,8 +275,9 @@ def _atom_grad(lo_j, hi_j, b_j, p_j, sg, drow, br, z, atoms, top, lp_z, w, grad_
 
 
 def _slot_count(atoms: int) -> int:
-    """``_slots(atoms, width)`` of a launch by ``loss_launch``: atoms a lane holds (the same on a GPU, a warp
-    wide, and in the simulator, as wide as the tree up to a warp)."""
+    """Atoms a lane holds in a launch by ``head_launch`` or ``loss_launch``: the power of two >= atoms (the
+    reduction tree's width) over the row's lanes, at least 1 (the same on a GPU, a warp wide, and in the
+    simulator, as wide as the tree up to a warp)."""
     return max(1, _tree_width(atoms) // WARP)
 
 

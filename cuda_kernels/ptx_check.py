@@ -27,10 +27,11 @@ def main() -> int:
     from workbench.graph_edges import OUR_PREFIX
 
     failures = 0
-    from cuda_kernels.c51 import head_loss_kernel
+    from cuda_kernels.c51 import head_kernel, head_loss_kernel
 
     for atoms, sizes in ((51, (3, 3, 3)), (11, (2, 4, 3)), (128, (4, 4, 4, 4))):  # built per shape: the
-        head_loss_kernel(atoms, sizes)  # reference shape, unequal branches, the most atoms and branches
+        head_kernel(atoms, sizes)  # reference shape, unequal branches, the most atoms and branches
+        head_loss_kernel(atoms, sizes)
     kernels = all_kernels()
     for k in kernels:
         t0 = time.perf_counter()

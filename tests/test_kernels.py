@@ -532,15 +532,13 @@ def test_dueling_head_matches_reference(rng, atoms):
     support = np.linspace(-2, 2, atoms).astype(np.float32)
     logp, q = poisoned((B, 9, atoms)), poisoned((B, 9))
     grid, block = c51.head_launch(B, atoms, 3)
-    c51.dueling_head_kernel[grid, block](dev(head + bias), B, 3, dev(BRANCHES), dev(OFFSETS), atoms, 3, dev(support),
-                                         logp, 1, q)
+    c51.head_kernel(atoms, BRANCHES)[grid, block](dev(head + bias), B, dev(support), logp, 1, q)
     rl, rq = c51.dueling_head_ref((head + bias).astype(np.float64), list(BRANCHES), atoms, support)
     np.testing.assert_allclose(logp.copy_to_host(), rl, rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(q.copy_to_host(), rq, rtol=1e-4, atol=1e-5)
     # acting reads Q alone: no log-probabilities written (the array passed is never touched), the same Q
     unused, q2 = poisoned((1, 1, 1)), poisoned((B, 9))
-    c51.dueling_head_kernel[grid, block](dev(head + bias), B, 3, dev(BRANCHES), dev(OFFSETS), atoms, 3, dev(support),
-                                         unused, 0, q2)
+    c51.head_kernel(atoms, BRANCHES)[grid, block](dev(head + bias), B, dev(support), unused, 0, q2)
     assert np.isnan(unused.copy_to_host()).all()
     assert np.array_equal(q2.copy_to_host(), q.copy_to_host())
 
@@ -604,7 +602,7 @@ def test_head_loss_kernel_is_built_once_a_shape_and_refuses_shapes_it_cannot_hol
 
 
 def test_c51_head_loss_matches_the_head_kernel_bit_for_bit(rng):
-    """What the fused launch computes of the heads is what ``dueling_head_kernel`` computes (the same device
+    """What the fused launch computes of the heads is what ``head_kernel`` computes (the same device
     functions in the same order): its Q of s' bit for bit, and its loss the one the head's log-probabilities
     give (the reference, fed the head kernel's own float32 outputs)."""
     B, atoms, v_min, v_max, gamma_n = 6, 51, -3.0, 3.0, 0.97
@@ -616,8 +614,7 @@ def test_c51_head_loss_matches_the_head_kernel_bit_for_bit(rng):
     for h, bb, rows in ((pair, bias, 2 * B), (head_t, bias_t, B)):
         logp, q = poisoned((rows, 9, atoms)), poisoned((rows, 9))
         grid, block = c51.head_launch(rows, atoms, 3)
-        c51.dueling_head_kernel[grid, block](dev(h + bb), rows, 3, dev(BRANCHES), dev(OFFSETS), atoms, 3,
-                                             dev(support), logp, 1, q)
+        c51.head_kernel(atoms, BRANCHES)[grid, block](dev(h + bb), rows, dev(support), logp, 1, q)
         outs.append((logp.copy_to_host(), q.copy_to_host()))
     (lp, qh), (lpt, _) = outs
     acts = rng.integers(0, 3, (B, 3)).astype(np.int32)

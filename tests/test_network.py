@@ -26,9 +26,7 @@ def test_forward_backward_match_reference(rng, align):
     x = rng.normal(size=(rows, shape.obs_dim)).astype(np.float32)
     support = np.linspace(-1, 1, shape.atoms).astype(np.float32)
     device = Device()
-    net = DeviceNetwork(device, make_gemm(device), shape, rows, cuda.to_device(support),
-                        cuda.to_device(np.array(shape.branch_sizes, np.int32)),
-                        cuda.to_device(np.array(shape.branch_offsets, np.int32)))
+    net = DeviceNetwork(device, make_gemm(device), shape, rows, cuda.to_device(support))
     p_dev, x_dev = cuda.to_device(relayout(params, host, shape)), cuda.to_device(device_obs(x, shape))
     net.forward(p_dev, x_dev)
     ref = forward_ref(params, x.astype(np.float64), host, support)
@@ -47,9 +45,8 @@ def test_forward_backward_match_reference(rng, align):
 
 
 def _consts(shape: NetShape) -> tuple:
-    """A network's constant device inputs: the C51 support on [-1, 1], the branch sizes and offsets."""
-    return (cuda.to_device(np.linspace(-1, 1, shape.atoms).astype(np.float32)),
-            cuda.to_device(np.array(shape.branch_sizes, np.int32)), cuda.to_device(np.array(shape.branch_offsets, np.int32)))
+    """A network's constant device inputs: the C51 support on [-1, 1]."""
+    return (cuda.to_device(np.linspace(-1, 1, shape.atoms).astype(np.float32)),)
 
 
 def test_the_padded_layout_changes_no_result(rng):
@@ -187,8 +184,7 @@ def test_an_acting_network_keeps_only_what_acting_reads(rng):
     params = cuda.to_device(init_params(shape, seed=int(rng.integers(0, 1000))))
     x = cuda.to_device(device_obs(rng.normal(size=(rows, shape.obs_dim)).astype(np.float32), shape))
     device = Device()
-    consts = (cuda.to_device(np.linspace(-1, 1, shape.atoms).astype(np.float32)),
-              cuda.to_device(np.array(shape.branch_sizes, np.int32)), cuda.to_device(np.array(shape.branch_offsets, np.int32)))
+    consts = (cuda.to_device(np.linspace(-1, 1, shape.atoms).astype(np.float32)),)
     full = DeviceNetwork(device, make_gemm(device), shape, rows, *consts)
     acting = DeviceNetwork(device, make_gemm(device), shape, rows, *consts, logp=False, backward=False)
     assert acting.logp is None and acting.d1 is None and acting.d2 is None and not acting.bwd_scratch
@@ -214,9 +210,7 @@ def test_a_stacked_forward_equals_its_halves_alone(rng):
     support = np.linspace(-1, 1, shape.atoms).astype(np.float32)
     device = Device()
     gemm = make_gemm(device)
-    mk = lambda n: DeviceNetwork(device, gemm, shape, n, cuda.to_device(support),  # noqa: E731
-                                 cuda.to_device(np.array(shape.branch_sizes, np.int32)),
-                                 cuda.to_device(np.array(shape.branch_offsets, np.int32)))
+    mk = lambda n: DeviceNetwork(device, gemm, shape, n, cuda.to_device(support))  # noqa: E731
     both, alone = mk(2 * rows), mk(rows)
     both.forward(params, cuda.to_device(x))
     exact = gemm.name == "numba"
@@ -238,8 +232,7 @@ def _reference_case(rng, obs_dim, hidden, atoms, rows):
     shape = NetShape(obs_dim=obs_dim, hidden=hidden, atoms=atoms, align=4)
     device = Device()
     support = np.linspace(-1, 1, atoms).astype(np.float32)
-    consts = (cuda.to_device(support), cuda.to_device(np.array(shape.branch_sizes, np.int32)),
-              cuda.to_device(np.array(shape.branch_offsets, np.int32)))
+    consts = (cuda.to_device(support),)
     params = init_params(shape, seed=seed)
     params += relayout(rng.normal(0, 0.05, shape.host.n_params).astype(np.float32), shape.host, shape)
     x = cuda.to_device(device_obs(rng.normal(size=(2 * rows, obs_dim)).astype(np.float32), shape))

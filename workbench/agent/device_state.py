@@ -346,8 +346,8 @@ def alloc_networks(device: Device, gemm, shape: NetShape, learner: Learner, n_en
     read the learner's bfloat16 weights (``Learner.params16``, ``target16``) and the update's read the batch's
     bfloat16 observations (``Batch.obs_pair16``), the backtest's converts the weights it is given (the
     epoch's or the kept ones); the envs' and the backtest's networks convert their observations."""
-    mk = lambda rows, **kw: DeviceNetwork(device, gemm, shape, rows, learner.support,  # noqa: E731
-                                          learner.branch_sizes, learner.branch_offsets, fused, bf16=bf16, **kw)
+    mk = lambda rows, **kw: DeviceNetwork(device, gemm, shape, rows, learner.support, fused, bf16=bf16,  # noqa: E731
+                                          **kw)
     p16, t16 = (learner.params16, learner.target16) if bf16 else (None, None)
     B = batch.size
     pair, nxt = ((batch.obs_pair, batch.obs_pair16), (batch.obs_next, batch.obs_pair16[B:])) if bf16 else (None, None)

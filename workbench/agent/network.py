@@ -176,9 +176,9 @@ def backward_ref(params: np.ndarray, x: np.ndarray, acts: dict, dhead: np.ndarra
 class DeviceNetwork:
     """Forward/backward for a fixed row count on preallocated device buffers."""
 
-    def __init__(self, device, gemm, shape: NetShape, rows: int, support_dev, branch_sizes_dev, branch_offsets_dev,
-                 fused: bool = False, masks: bool = False, head: bool = True, logp: bool = True,
-                 backward: bool = True, bf16: bool = False, weights16=None, obs16=None):
+    def __init__(self, device, gemm, shape: NetShape, rows: int, support_dev, fused: bool = False,
+                 masks: bool = False, head: bool = True, logp: bool = True, backward: bool = True,
+                 bf16: bool = False, weights16=None, obs16=None):
         """``head``: whether this network runs its own dueling head (``q``, and with ``logp`` the
         log-probabilities); an update's networks leave it to their loss (``c51.head_loss_kernel``, which
         writes the online Q of s' into ``q``). Acting and backtesting read ``q`` alone (``logp=False``: no
@@ -219,7 +219,7 @@ class DeviceNetwork:
         self.converts_obs = bf16 and obs16 is None
         self.dhead16, self.d2_16, self.d1_16 = (u16((rows, W), backward), u16((rows, H), backward),
                                                 u16((rows, H), backward))
-        self.support, self.bsz, self.boff = support_dev, branch_sizes_dev, branch_offsets_dev
+        self.support = support_dev  # the C51 support (the head's kernel is built for the shape's branches)
         # fused epilogues (cuBLASLt) where asked for and the GEMM backend has them; then the trunk's ReLU
         # masks, one bit per (row, column), for the backward's fused ReLU gradient (masks: only a network
         # that backpropagates needs them)
@@ -323,9 +323,8 @@ class DeviceNetwork:
         nb = len(sh.branch_sizes)
         grid, block = c51.head_launch(self.rows, sh.atoms, nb)
         keep = self.logp is not None
-        c51.dueling_head_kernel[grid, block, st](self.head, self.rows, nb, self.bsz, self.boff, sh.atoms,
-                                                max(sh.branch_sizes), self.support, self.logp if keep else self.no_logp,
-                                                int(keep), self.q)
+        c51.head_kernel(sh.atoms, sh.branch_sizes)[grid, block, st](
+            self.head, self.rows, self.support, self.logp if keep else self.no_logp, int(keep), self.q)
 
     def _gemm_weights(self, params_flat) -> dict:
         """The weights as the GEMMs read them: a bf16 network's bfloat16 copy (its forward converts it),
