@@ -37,7 +37,7 @@ import numpy as np
 
 from cuda_kernels import bf16 as K_bf16
 from cuda_kernels import c51, dense
-from cuda_kernels.nb import cuda
+from cuda_kernels.nb import SIMULATOR, cuda
 
 from ..cublaslt import BIAS, DRELU_BGRAD, RELU_BIAS, mask_ld
 from ..device import device_pointer
@@ -220,6 +220,10 @@ class DeviceNetwork:
         self.dhead16, self.d2_16, self.d1_16 = (u16((rows, W), backward), u16((rows, H), backward),
                                                 u16((rows, H), backward))
         self.support = support_dev  # the C51 support (the head's kernel is built for the shape's branches)
+        # this shape's head kernel, loaded now: never first compiled or loaded inside a graph's capture
+        self.head_kernel = c51.head_kernel(shape.atoms, shape.branch_sizes) if head else None
+        if self.head_kernel is not None and not SIMULATOR:
+            self.head_kernel.load()
         # fused epilogues (cuBLASLt) where asked for and the GEMM backend has them; then the trunk's ReLU
         # masks, one bit per (row, column), for the backward's fused ReLU gradient (masks: only a network
         # that backpropagates needs them)
@@ -323,8 +327,8 @@ class DeviceNetwork:
         nb = len(sh.branch_sizes)
         grid, block = c51.head_launch(self.rows, sh.atoms, nb)
         keep = self.logp is not None
-        c51.head_kernel(sh.atoms, sh.branch_sizes)[grid, block, st](
-            self.head, self.rows, self.support, self.logp if keep else self.no_logp, int(keep), self.q)
+        self.head_kernel[grid, block, st](self.head, self.rows, self.support, self.logp if keep else self.no_logp,
+                                          int(keep), self.q)
 
     def _gemm_weights(self, params_flat) -> dict:
         """The weights as the GEMMs read them: a bf16 network's bfloat16 copy (its forward converts it),
