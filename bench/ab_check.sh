@@ -38,7 +38,8 @@ for part in $PARTS; do
   case $part in
     tests)
       in_tree "$NEW" timeout 240 python3 -m pytest -q -p no:cacheprovider tests/test_launch.py tests/test_gpu.py \
-        tests/test_trainer_gpu.py tests/test_population.py tests/test_kernels.py 2>&1 | tail -6 | tee "$OUT/pytest.txt" ;;
+        tests/test_trainer_gpu.py tests/test_population.py tests/test_kernels.py tests/test_network.py \
+        tests/test_graph_edges.py 2>&1 | tail -6 | tee "$OUT/pytest.txt" ;;
     kernels)
       in_tree "$NEW" timeout 150 python3 bench/kernel_probe.py --old "$OLD/cuda_kernels" --json "$OUT/kernel_probe.json" \
         2>&1 | grep -v Warning | tee "$OUT/kernel_probe.txt" ;;
