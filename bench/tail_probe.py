@@ -62,8 +62,6 @@ def _adam_float32_variant():
 
 
 def main() -> int:
-    from numba import cuda
-
     from cuda_kernels import optim, scan
     from workbench.device import Device
 

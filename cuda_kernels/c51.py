@@ -55,6 +55,23 @@ def loss_launch(B: int, atoms: int, n_branch: int) -> tuple[int, tuple[int, int]
 
 
 @device_function
+def _warp_row():
+    """(lane, width, branch) of the calling thread in a launch by ``head_launch`` or ``loss_launch``: a warp
+    per row and branch (fewer lanes a row only in the simulator, see ``head_launch``)."""
+    return cuda.threadIdx.x, cuda.blockDim.x if SIMULATOR else WARP, cuda.threadIdx.y
+
+
+def _offsets(sizes: tuple[int, ...]) -> tuple[int, ...]:
+    """Each branch's first action: the sizes of the branches before it, summed."""
+    return tuple(sum(sizes[:i]) for i in range(len(sizes)))
+
+
+def _shape_name(prefix: str, atoms: int, sizes: tuple[int, ...]) -> str:
+    """A kernel built for one shape is named for it (its cubin cache entry and its entry point)."""
+    return f"{prefix}_a{atoms}_b{'x'.join(map(str, sizes))}"
+
+
+@device_function
 def _fold(t, k, op):
     """The lane's own ``k`` (1, 2 or 4) values, atoms lane + 32 j, reduced in the tree's order for the
     levels at and above the warp's width (atom i with atom i + 64, then with i + 32); constant indices,
@@ -145,8 +162,7 @@ HEAD_REGISTERS = 40
 def _make_head(atoms: int, sizes: tuple[int, ...]):
     """The dueling head for one shape: ``atoms`` and the branch sizes are compile-time constants (see
     ``head_kernel``)."""
-    max_actions, k = max(sizes), _slot_count(atoms)
-    sizes_c, offs_c = sizes, tuple(sum(sizes[:i]) for i in range(len(sizes)))
+    max_actions, k, offs = max(sizes), _slot_count(atoms), _offsets(sizes)
 
     def dueling_head(head, B, support, logp, write_logp, q):
         """head: [B, atoms*(1+A)], the head layer's output, its bias added (by the head GEMM's epilogue);
@@ -165,10 +181,8 @@ def _make_head(atoms: int, sizes: tuple[int, ...]):
         b = cuda.blockIdx.x
         if b >= B:
             return
-        lane = cuda.threadIdx.x
-        width = cuda.blockDim.x if SIMULATOR else WARP  # a warp (fewer lanes only in the simulator, see head_launch)
-        br = cuda.threadIdx.y
-        nA, off = int32(sizes_c[br]), int32(offs_c[br])  # int32, as read from an array
+        lane, width, br = _warp_row()
+        nA, off = int32(sizes[br]), int32(offs[br])  # int32, as read from an array
         hrow = head[b]  # the row's views: one-dimensional indexing from here on
         lrow = logp[b if write_logp else 0]
         v = cuda.local.array(HEAD_SLOTS, float32)
@@ -189,7 +203,7 @@ def _make_head(atoms: int, sizes: tuple[int, ...]):
             if lane == 0 and live:
                 q[b, off + a] = qa
 
-    dueling_head.__name__ = dueling_head.__qualname__ = f"dueling_head_a{atoms}_b{'x'.join(map(str, sizes))}"
+    dueling_head.__name__ = dueling_head.__qualname__ = _shape_name("dueling_head", atoms, sizes)
     return dueling_head
 
 
@@ -284,11 +298,9 @@ def _slot_count(atoms: int) -> int:
 def _make_head_loss(atoms: int, sizes: tuple[int, ...]):
     """The heads and C51 loss of an update for one shape: ``atoms`` and the branch sizes are compile-time
     constants of the kernel (see ``head_loss_kernel``)."""
-    n_branch, max_actions, k = len(sizes), max(sizes), _slot_count(atoms)
-    offs = tuple(sum(sizes[:i]) for i in range(n_branch))
+    n_branch, max_actions, k, offs = len(sizes), max(sizes), _slot_count(atoms), _offsets(sizes)
     used = atoms * (1 + sum(sizes))  # the gradient row's columns; the rest are padding
     top = 1 << (atoms.bit_length() - 1)  # the largest power of two <= atoms (``_count_below``'s first step)
-    sizes_c, offs_c = tuple(int(n) for n in sizes), tuple(int(o) for o in offs)
 
     def head_loss(head, head_t, actions, reward, done, gamma_n, v_min, v_max, is_w, support, grad_scale, q, dhead,
                   loss_out, B):
@@ -317,9 +329,7 @@ def _make_head_loss(atoms: int, sizes: tuple[int, ...]):
         b = cuda.blockIdx.x
         if b >= B:
             return
-        lane = cuda.threadIdx.x
-        width = cuda.blockDim.x if SIMULATOR else WARP  # a warp (fewer lanes only in the simulator, see loss_launch)
-        br = cuda.threadIdx.y
+        lane, width, br = _warp_row()
         ce_br = cuda.shared.array(MAX_BRANCHES, float32)  # branch br's cross-entropy
         sg = cuda.shared.array(RED_SHAPE, float64)  # row br: branch br's gradient of atom z (for the value stream)
         lo_j = cuda.shared.array(RED_SHAPE, int32)    # row br: source atom j's lower and upper support atom,
@@ -331,7 +341,7 @@ def _make_head_loss(atoms: int, sizes: tuple[int, ...]):
         v = cuda.local.array(HEAD_SLOTS, float32)
         mean = cuda.local.array(HEAD_SLOTS, float32)
         logit = cuda.local.array(HEAD_SLOTS, float32)
-        nA, off = int32(sizes_c[br]), int32(offs_c[br])  # int32, as read from an array: g / nA's type (float64)
+        nA, off = int32(sizes[br]), int32(offs[br])  # int32, as read from an array: g / nA's type (float64)
         at = min(max(actions[U(b), U(br)], 0), nA - 1)
         hrow = head[U(B + b)]  # s' (online): every action's Q (the guard's), the next action: the first of the largest
         _row_setup(hrow, lane, width, k, atoms, off, nA, max_actions, v, mean)
@@ -403,7 +413,7 @@ def _make_head_loss(atoms: int, sizes: tuple[int, ...]):
         for c in range(used + lane + width * br, dhead.shape[1], width * cuda.blockDim.y):  # the padding columns
             drow[U(c)] = 0.0
 
-    head_loss.__name__ = head_loss.__qualname__ = f"c51_head_loss_a{atoms}_b{'x'.join(map(str, sizes))}"
+    head_loss.__name__ = head_loss.__qualname__ = _shape_name("c51_head_loss", atoms, sizes)
     return head_loss
 
 
