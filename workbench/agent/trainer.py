@@ -133,6 +133,7 @@ class DeviceTrainer:
         self.norm_threads = 32 if device.simulator else K_opt.NORM_THREADS
         self.k0, self.k1 = philox_keys(seed)
         self.state: DeviceState | None = None
+        self.loss_kernel = None  # the update's heads and loss, built for the state's network shape (allocate)
         self.graphs: Graphs | None = None
 
     # ---------------------------------------------------------------- enqueued work (capturable)
@@ -272,7 +273,7 @@ class DeviceTrainer:
         S, cfg = self.state, self.cfg
         b, lr, nets, sh = S.batch, S.learner, S.nets, S.shape
         nb = len(sh.branch_sizes)
-        K_c51.head_loss_kernel(sh.atoms, sh.branch_sizes)[K_c51.loss_launch(b.size, sh.atoms, nb) + (st,)](
+        self.loss_kernel[K_c51.loss_launch(b.size, sh.atoms, nb) + (st,)](
             nets.online.head, nets.t2.head, b.actions, b.ret, b.terminal, cfg.gamma ** cfg.n_step, cfg.v_min,
             cfg.v_max, b.isw, nets.online.support, 1.0 / b.size, nets.s2.q, b.dhead, b.loss, b.size)
 
@@ -344,7 +345,7 @@ class DeviceTrainer:
         d.synchronize()
         t1 = time.perf_counter()
         sh = self.state.shape
-        K_c51.head_loss_kernel(sh.atoms, sh.branch_sizes)  # this shape's loss kernel, declared before the loading
+        self.loss_kernel = K_c51.head_loss_kernel(sh.atoms, sh.branch_sizes)  # declared before the loading
         self.kernels_loaded = 0 if d.simulator else load_kernels()  # compiled or cached, loaded, none launched
         t2 = time.perf_counter()
         self._reset_envs(d.stream)  # the envs' first reset (every env starts with done = 1)
