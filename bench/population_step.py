@@ -139,7 +139,29 @@ def _pieces(t) -> dict:
             "  backward (5 GEMMs, 3 bias gradients)": lambda _s: nets.s.backward(lr.params, lr.grads, b.obs, b.dhead),
             "  grad norm + guard": t._grad_norm_guard,
             "finish (Adam with EMA, priorities)": t._update_finish,
-            "  priority update": t._priority_update}
+            "  priority update": t._priority_update,
+            **_gemm_pieces(t)}
+
+
+def _gemm_pieces(t) -> dict:
+    """Each GEMM of the update alone, with its epilogue and SM target as the update runs it (fused into
+    cuBLASLt's GEMM or our kernel after it): which of a pass's GEMMs its time goes to."""
+    from workbench.agent.network import views
+
+    S = t.state
+    b, lr, nets, s = S.batch, S.learner, S.nets, S.nets.s
+    passes = {"online forward": lambda: list(nets.online.forward_steps(lr.params, b.obs_pair, head=False)),
+              "target forward": lambda: list(nets.t2.forward_steps(lr.target, b.obs_next, head=False)),
+              "backward": lambda: list(s._backward_gemms(s._gemm_weights(lr.params), views(lr.grads, S.shape), b.obs,
+                                                         b.dhead, s.gemm))}
+    out = {}
+    for name, steps in passes.items():
+        for i, g in enumerate(steps()):  # the steps' GEMMs (a bf16 pass converts nothing here: its owners' copies)
+            M, N = g.C.shape
+            K = g.A.shape[0] if g.trans_a else g.A.shape[1]
+            epi = f", {g.epi.kind}{' fused' if g.epi.fused else ''}" if g.epi is not None else ""
+            out[f"    {name} GEMM {i + 1}: {M}x{N}x{K}{epi}"] = lambda _s, steps=steps, i=i: steps()[i].run()
+    return out
 
 
 def _gemms(t, params, x) -> None:
@@ -178,6 +200,9 @@ def main() -> int:
                         "or our kernels after every GEMM")
     a.add_argument("--pdl", default="programmatic,order",
                    help="programmatic-edge modes (workbench.graph_edges) measured beside the plain loops")
+    a.add_argument("--obs-align", type=int, metavar="N",
+                   help="the observations' columns (so W1's rows) padded to a multiple of N floats "
+                        "(an experiment: device_state.OBS_ALIGN, 1 by default)")
     a.add_argument("--fused-backward", metavar="MATHS",
                    help="the GEMM maths whose backward fuses the ReLU and bias gradients into cuBLASLt's GEMMs "
                         "(an experiment: network.FUSED_BACKWARD_MATH, fp32 alone by default)")
@@ -186,6 +211,10 @@ def main() -> int:
         from workbench.agent import network
 
         network.FUSED_BACKWARD_MATH = tuple(m for m in args.fused_backward.split(",") if m)
+    if args.obs_align is not None:
+        from workbench.agent import device_state
+
+        device_state.OBS_ALIGN = args.obs_align
     modes = [m for m in args.pdl.split(",") if m and m != "off"]
     rows = []
     for p in args.sizes.split(","):
