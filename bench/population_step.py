@@ -200,6 +200,9 @@ def main() -> int:
                         "or our kernels after every GEMM")
     a.add_argument("--pdl", default="programmatic,order",
                    help="programmatic-edge modes (workbench.graph_edges) measured beside the plain loops")
+    a.add_argument("--first-layer", choices=("kernel", "gemm"),
+                   help="the first layer as our kernel (dense.narrow_layer_kernel) or a GEMM "
+                        "(network.NARROW_FIRST_LAYER: its default by default)")
     a.add_argument("--obs-align", type=int, metavar="N",
                    help="the observations' columns (so W1's rows) padded to a multiple of N floats "
                         "(an experiment: device_state.OBS_ALIGN, 1 by default)")
@@ -211,6 +214,10 @@ def main() -> int:
         from workbench.agent import network
 
         network.FUSED_BACKWARD_MATH = tuple(m for m in args.fused_backward.split(",") if m)
+    if args.first_layer is not None:
+        from workbench.agent import network
+
+        network.NARROW_FIRST_LAYER = args.first_layer == "kernel"
     if args.obs_align is not None:
         from workbench.agent import device_state
 

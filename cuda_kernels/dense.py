@@ -10,11 +10,13 @@ accumulation and output: the simulator's stand-in for cuBLAS's bf16 GEMMs.
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from .bf16 import from_bf16, to_bf16
 from .nb import cuda, device_function, kernel, float32, int32, int64, last_to_arrive, uint16, void
-from .nb import U, grid_wait
+from .nb import Kernel, U, grid_wait
 
 BM, BN, BK, TM, TN = 64, 64, 16, 4, 4
 THREADS = (16, 16)
@@ -132,6 +134,63 @@ def bias_act_bf16_kernel(Y, bias, out, M, N, act):
         if act == ACT_RELU and y < 0:
             y = 0.0
         out[i, j] = to_bf16(y)
+
+
+NARROW_MAX_K = 32  # the most inputs narrow_layer_kernel takes (its weights' column is held in registers)
+NARROW_THREADS = 128  # columns a block of narrow_layer_kernel (on the GPU)
+NARROW_ROWS = 16  # rows a block
+
+
+def narrow_layer_kernel(k: int) -> Kernel:
+    """``out = act(x @ W + bias)`` for a layer of ``k`` (1..32) inputs, built once per ``k`` (a compile-time
+    constant: the weights' column in registers, the sum unrolled): the first layer, whose GEMM has too
+    little inner dimension for a GEMM library's tiles (K = 23: a write-bound 2048 x 512 output that
+    cuBLASLt's TF32 kernels wrote at ~1.2 TB/s in a saturated population). float32 products summed in
+    order of k, then the bias, then the activation, as a GEMM with a bias epilogue does. Launch with
+    ``narrow_layer_launch(M, N, simulator)`` and (x [M, k], W [k, N], bias [N], out [M, N], M, N, act)."""
+    if not 1 <= k <= NARROW_MAX_K:
+        raise ValueError(f"narrow_layer_kernel takes 1..{NARROW_MAX_K} inputs, not {k}")
+    return _narrow_layer_kernel(int(k))
+
+
+@functools.cache
+def _narrow_layer_kernel(K: int) -> Kernel:
+    R = NARROW_ROWS
+
+    def narrow_layer(x, W, bias, out, M, N, act):
+        grid_wait()
+        xs = cuda.shared.array((R, K), float32)  # the block's rows of x, read by every thread
+        t = cuda.threadIdx.x
+        r0 = cuda.blockIdx.y * R
+        for e in range(t, R * K, cuda.blockDim.x):
+            r = e // K
+            xs[r, e - r * K] = x[U(r0 + r), U(e - r * K)] if r0 + r < M else float32(0.0)
+        cuda.syncthreads()
+        j = cuda.blockIdx.x * cuda.blockDim.x + t
+        if j >= N:
+            return
+        w = cuda.local.array(K, float32)
+        for k in range(K):
+            w[k] = W[k, U(j)]
+        b = bias[U(j)]
+        for r in range(min(R, M - r0)):
+            acc = float32(0.0)
+            for k in range(K):
+                acc += xs[r, k] * w[k]
+            y = acc + b
+            if act == ACT_RELU and y < 0:
+                y = float32(0.0)
+            out[U(r0 + r), U(j)] = y
+
+    narrow_layer.__name__ = narrow_layer.__qualname__ = f"narrow_layer_k{K}"
+    return kernel(void(float32[:, ::1], float32[:, ::1], float32[::1], float32[:, ::1], int64, int64, int32))(
+        narrow_layer)
+
+
+def narrow_layer_launch(M: int, N: int, simulator: bool) -> tuple[tuple[int, int], int]:
+    """(grid, threads) of ``narrow_layer_kernel``: a thread a column, a block NARROW_ROWS rows."""
+    tpb = 32 if simulator else NARROW_THREADS
+    return ((N + tpb - 1) // tpb, (M + NARROW_ROWS - 1) // NARROW_ROWS), tpb
 
 
 def bias_act_launch(M: int, N: int, simulator: bool) -> tuple[tuple[int, int], int]:

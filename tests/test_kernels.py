@@ -482,6 +482,28 @@ def test_bias_relu_to_bf16_and_backward_from_bf16(rng):
         assert np.array_equal(a, c)
 
 
+@pytest.mark.parametrize("M,N,K", [(45, 70, 23), (16, 32, 1), (3, 5, 32), (33, 40, 7)])
+def test_narrow_layer(rng, M, N, K):
+    """The first layer's kernel (a thread a column, its weights' column in registers): act(x @ W + b)
+    against the float64 reference, ReLU and identity, row counts that leave a block partly filled."""
+    x = rng.normal(size=(M, K)).astype(np.float32)
+    W = rng.normal(size=(K, N)).astype(np.float32)
+    b = rng.normal(size=N).astype(np.float32)
+    grid, tpb = dense.narrow_layer_launch(M, N, SIMULATOR)
+    kern = dense.narrow_layer_kernel(K)
+    assert kern is dense.narrow_layer_kernel(K)  # built once per width
+    for act in (dense.ACT_RELU, dense.ACT_IDENTITY):
+        out = poisoned((M, N))
+        kern[grid, tpb](dev(x), dev(W), dev(b), out, M, N, act)
+        want = dense.bias_act_ref(x.astype(np.float64) @ W.astype(np.float64), b, act)
+        np.testing.assert_allclose(out.copy_to_host(), want, rtol=1e-5, atol=1e-5 * np.sqrt(K))
+
+
+def test_narrow_layer_refuses_a_wide_layer():
+    with pytest.raises(ValueError, match="1..32 inputs"):
+        dense.narrow_layer_kernel(33)
+
+
 @pytest.mark.parametrize("bwd_launch", [None, ((4, 16), 2), ((8, 2), 5)])  # the launch's own; other shapes
 def test_bias_relu_and_backward(rng, bwd_launch):
     """Bias + ReLU, and its backward: the ReLU's gradient in place and the bias gradient, summed over row

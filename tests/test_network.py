@@ -13,12 +13,15 @@ from workbench.agent.network import (DeviceNetwork, NetShape, backward_ref, devi
 from workbench.device import Device
 
 
+@pytest.mark.parametrize("narrow", [True, False], ids=["first-layer-kernel", "first-layer-gemm"])
 @pytest.mark.parametrize("align", [1, 4])
-def test_forward_backward_match_reference(rng, align):
+def test_forward_backward_match_reference(rng, align, narrow, monkeypatch):
     """The device network in the device layout (W3's rows padded to ``align`` columns: 50 -> 52 here, the
     observations' rows and so W1's rows 10 -> 12) against the NumPy reference in the host layout; the
-    padding's gradients are exactly zero."""
-    shape = NetShape(obs_dim=10, hidden=16, atoms=5, align=align)
+    padding's gradients are exactly zero. The first layer as our kernel (``NARROW_FIRST_LAYER``) and as
+    a GEMM."""
+    monkeypatch.setattr("workbench.agent.network.NARROW_FIRST_LAYER", narrow)
+    shape = NetShape(obs_dim=10, hidden=16, atoms=5, align=align, obs_align=align)
     host = shape.host
     rows = 6
     params = init_params(host, seed=int(rng.integers(0, 1000)))
@@ -288,6 +291,31 @@ def test_fused_epilogues_match_our_kernels(rng, obs_dim, hidden, atoms, rows, ma
         scale = float(np.abs(g_f[k]).max()) or 1.0
         assert np.isfinite(g_t[k]).all(), f"{k} not written, seed {seed}"
         assert float(np.abs(g_t[k] - g_f[k]).max()) <= 1e-5 * scale * (10 if math == "tf32" else 1), (k, seed)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("math", ["fp32", "tf32"])
+def test_the_first_layer_kernel_matches_the_gemm(rng, math, monkeypatch):
+    """The first layer as our kernel (float32 products) against cuBLAS's GEMM with its fused bias + ReLU,
+    at the reference shape (a stacked forward of 2 x 1,024 rows, 23 inputs): the same values up to the
+    GEMM's order of sums, and TF32's rounding of its operands (2^-11 of each) where it rounds them."""
+    pytest.importorskip("nvmath", reason="fused epilogues need nvmath-python")
+    rows = 1024
+    seed, shape, device, consts, p_dev, x, dhead = _reference_case(rng, 23, 512, 51, rows)
+    gemm = make_gemm(device, "cublas", math)
+    h1 = {}
+    for narrow in (False, True):
+        monkeypatch.setattr("workbench.agent.network.NARROW_FIRST_LAYER", narrow)
+        net = DeviceNetwork(device, gemm, shape, 2 * rows, *consts, fused=True, masks=False)
+        assert net.narrow_first(None) == narrow
+        net.h1.copy_to_device(np.full(net.h1.shape, np.nan, np.float32))
+        net.forward(p_dev, x, head=False)
+        device.synchronize()
+        h1[narrow] = net.h1.copy_to_host()
+    assert np.isfinite(h1[True]).all(), seed
+    scale = float(np.abs(h1[False]).max())
+    tol = 2.0 ** -8 * scale if math == "tf32" else 1e-5 * scale
+    assert float(np.abs(h1[True] - h1[False]).max()) <= tol, seed
 
 
 @pytest.mark.gpu

@@ -317,7 +317,12 @@ class DeviceNetwork:
         if self.bf16:
             yield from self._forward_bf16_trunk(params_flat, x, p, w)
         else:
-            yield Gemm(x, w["W1"], self.h1, 0, 0, self.gemm, Epilogue(RELU_BIAS, p["b1"], self.h1, m1, f, d))
+            if self.narrow_first(m1):
+                grid, tpb = dense.narrow_layer_launch(self.rows, sh.hidden, d.simulator)
+                dense.narrow_layer_kernel(sh.obs_cols)[grid, tpb, st](x, w["W1"], p["b1"], self.h1, self.rows,
+                                                                      sh.hidden, dense.ACT_RELU)
+            else:
+                yield Gemm(x, w["W1"], self.h1, 0, 0, self.gemm, Epilogue(RELU_BIAS, p["b1"], self.h1, m1, f, d))
             yield Gemm(self.h1, w["W2"], self.h2, 0, 0, self.gemm, Epilogue(RELU_BIAS, p["b2"], self.h2, m2, f, d))
         yield Gemm(self.h2, w["W3"], self.head, 0, 0, self.gemm, Epilogue(BIAS, p["b3"], self.head, None, f, d))
         if not head:
@@ -329,6 +334,14 @@ class DeviceNetwork:
         keep = self.logp is not None
         self.head_kernel[grid, block, st](self.head, self.rows, self.support, self.logp if keep else self.no_logp,
                                           int(keep), self.q)
+
+    def narrow_first(self, mask) -> bool:
+        """Whether this forward's first layer runs as our kernel (:func:`cuda_kernels.dense.narrow_layer_kernel`)
+        rather than a GEMM: where :data:`NARROW_FIRST_LAYER` says so (read as the pass is enqueued), the
+        observations are at most ``dense.NARROW_MAX_K`` wide and float32, and no ReLU mask is to be written
+        for a fused backward (``mask``: the forward's first mask, None where none is)."""
+        return (NARROW_FIRST_LAYER and mask is None and not self.bf16
+                and self.shape.obs_cols <= dense.NARROW_MAX_K)
 
     def _gemm_weights(self, params_flat) -> dict:
         """The weights as the GEMMs read them: a bf16 network's bfloat16 copy (its forward converts it),
@@ -423,6 +436,10 @@ class DeviceNetwork:
 # 14 us where the plain one takes 7, and writing the forward's mask slows the forward's GEMMs: update
 # 0.2743 ms forward-only against 0.2837 with the backward fused too).
 FUSED_BACKWARD_MATH = ("fp32",)
+# The first layer (K = the observation's width, 23 at the reference shape) as our kernel instead of a GEMM
+# (DeviceNetwork.narrow_first): its output is write-bound and a GEMM library's tiles are made for a deep K.
+# Off until measured in the update (bench/population_step.py --first-layer kernel).
+NARROW_FIRST_LAYER = False
 
 
 class Epilogue(NamedTuple):
