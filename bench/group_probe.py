@@ -10,7 +10,8 @@ side by side in one CUDA graph, each running batched GEMMs of G agents with SM c
 GEMM's large tiles (``workbench.cublaslt.sm_target``'s rule for the group's output), for G = 1, 2, 4, in
 two batch modes: strided (the G agents' matrices at a constant stride: one allocation) and pointer
 arrays (``BatchMode.POINTER_ARRAY``: any allocations, what separately allocated agents would need).
-For the forward shapes also with the bias + ReLU epilogue (``BIAS_BATCH_STRIDE``). Reports us per agent,
+For the forward shapes also with the bias + ReLU epilogue (``BIAS_BATCH_STRIDE``; with pointer arrays too,
+the biases then one pointer and a stride, which for G = 2 any two allocations can be: their distance). Reports us per agent,
 TFLOP/s, the algorithm's configuration, and whether each agent's output is bit for bit its output at
 G = 1 (the same-result-in-any-population rule). Usage (GPU, PyTorch, nvmath-python):
     python bench/group_probe.py [--agents 32] [--groups 1,2,4] [--maths tf32] [--json OUT]
@@ -132,10 +133,6 @@ def main() -> None:
                             L.matmul(lt.h, desc, lt.one.ctypes.data, a, lays[0], b, lays[1], lt.zero.ctypes.data,
                                      c, lays[2], c, lays[2], algo, ws[i].data_ptr(), lt.ws_bytes, st.cuda_stream)
 
-                        if epi and mode == "pointers":  # the bias's address is read at capture: one per lane
-                            print(f"  {label}: bias + ReLU with pointer arrays not timed (a bias batch stride"
-                                  " over separate allocations)")
-                            continue
                         C.fill_(float("nan"))
                         t = _us(_graph(fn, lanes, s0), reps=20) / P
                         torch.cuda.synchronize()
