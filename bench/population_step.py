@@ -146,6 +146,7 @@ def _pieces(t) -> dict:
 def _gemm_pieces(t) -> dict:
     """Each GEMM of the update alone, with its epilogue and SM target as the update runs it (fused into
     cuBLASLt's GEMM or our kernel after it): which of a pass's GEMMs its time goes to."""
+    from cuda_kernels import dense as K_dense
     from workbench.agent.network import views
 
     S = t.state
@@ -155,11 +156,23 @@ def _gemm_pieces(t) -> dict:
               "backward": lambda: list(s._backward_gemms(s._gemm_weights(lr.params), views(lr.grads, S.shape), b.obs,
                                                          b.dhead, s.gemm))}
     out = {}
+    for name, net, params, x in (("online forward", nets.online, lr.params, b.obs_pair),
+                                 ("target forward", nets.t2, lr.target, b.obs_next)):
+        if net.narrow_first(None):  # the first layer as our kernel: enqueued by the pass before its first GEMM
+            def first(st, net=net, params=params, x=x):
+                grid, tpb = K_dense.narrow_layer_launch(net.rows, S.shape.hidden, False)
+                p = views(params, S.shape)
+                net.first_kernel[grid, tpb, st](x, p["W1"], p["b1"], net.h1, net.rows, S.shape.hidden, K_dense.ACT_RELU)
+            out[f"    {name} first layer: our kernel, {net.rows}x{S.shape.hidden}x{S.shape.obs_cols}"] = first
     for name, steps in passes.items():
-        for i, g in enumerate(steps()):  # the steps' GEMMs (a bf16 pass converts nothing here: its owners' copies)
+        # the steps' GEMMs (a bf16 pass converts nothing here: its owners' copies); a forward whose first
+        # layer is our kernel enqueues it with each of these pieces (timed alone above)
+        narrow = name != "backward" and (nets.online if name == "online forward" else nets.t2).narrow_first(None)
+        for i, g in enumerate(steps()):
             M, N = g.C.shape
             K = g.A.shape[0] if g.trans_a else g.A.shape[1]
             epi = f", {g.epi.kind}{' fused' if g.epi.fused else ''}" if g.epi is not None else ""
+            epi += " (+ the first layer's kernel)" if narrow else ""
             out[f"    {name} GEMM {i + 1}: {M}x{N}x{K}{epi}"] = lambda _s, steps=steps, i=i: steps()[i].run()
     return out
 

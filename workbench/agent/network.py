@@ -224,6 +224,11 @@ class DeviceNetwork:
         self.head_kernel = c51.head_kernel(shape.atoms, shape.branch_sizes) if head else None
         if self.head_kernel is not None and not SIMULATOR:
             self.head_kernel.load()
+        # the first layer's kernel where this network runs it (narrow_first), loaded now for the same reason
+        self.first_kernel = (dense.narrow_layer_kernel(shape.obs_cols)
+                             if NARROW_FIRST_LAYER and not self.bf16 and shape.obs_cols <= dense.NARROW_MAX_K else None)
+        if self.first_kernel is not None and not SIMULATOR:
+            self.first_kernel.load()
         # fused epilogues (cuBLASLt) where asked for and the GEMM backend has them; then the trunk's ReLU
         # masks, one bit per (row, column), for the backward's fused ReLU gradient (masks: only a network
         # that backpropagates needs them)
@@ -319,8 +324,7 @@ class DeviceNetwork:
         else:
             if self.narrow_first(m1):
                 grid, tpb = dense.narrow_layer_launch(self.rows, sh.hidden, d.simulator)
-                dense.narrow_layer_kernel(sh.obs_cols)[grid, tpb, st](x, w["W1"], p["b1"], self.h1, self.rows,
-                                                                      sh.hidden, dense.ACT_RELU)
+                self.first_kernel[grid, tpb, st](x, w["W1"], p["b1"], self.h1, self.rows, sh.hidden, dense.ACT_RELU)
             else:
                 yield Gemm(x, w["W1"], self.h1, 0, 0, self.gemm, Epilogue(RELU_BIAS, p["b1"], self.h1, m1, f, d))
             yield Gemm(self.h1, w["W2"], self.h2, 0, 0, self.gemm, Epilogue(RELU_BIAS, p["b2"], self.h2, m2, f, d))
@@ -337,11 +341,10 @@ class DeviceNetwork:
 
     def narrow_first(self, mask) -> bool:
         """Whether this forward's first layer runs as our kernel (:func:`cuda_kernels.dense.narrow_layer_kernel`)
-        rather than a GEMM: where :data:`NARROW_FIRST_LAYER` says so (read as the pass is enqueued), the
-        observations are at most ``dense.NARROW_MAX_K`` wide and float32, and no ReLU mask is to be written
-        for a fused backward (``mask``: the forward's first mask, None where none is)."""
-        return (NARROW_FIRST_LAYER and mask is None and not self.bf16
-                and self.shape.obs_cols <= dense.NARROW_MAX_K)
+        rather than a GEMM: where the network was built with it (:data:`NARROW_FIRST_LAYER` on, float32
+        observations at most ``dense.NARROW_MAX_K`` wide: :attr:`first_kernel`) and no ReLU mask is to be
+        written for a fused backward (``mask``: the forward's first mask, None where none is)."""
+        return self.first_kernel is not None and mask is None
 
     def _gemm_weights(self, params_flat) -> dict:
         """The weights as the GEMMs read them: a bf16 network's bfloat16 copy (its forward converts it),
