@@ -153,6 +153,18 @@ def narrow_layer_kernel(k: int) -> Kernel:
     return _narrow_layer_kernel(int(k))
 
 
+@device_function
+def _narrow_row(xs, w, b, out, r, r0, j, act, K):
+    """One output of narrow_layer_kernel: row r of the block's rows, column j."""
+    acc = float32(0.0)
+    for k in range(K):
+        acc += xs[r, k] * w[k]
+    y = acc + b
+    if act == ACT_RELU and y < 0:
+        y = float32(0.0)
+    out[U(r0 + r), U(j)] = y
+
+
 @functools.cache
 def _narrow_layer_kernel(K: int) -> Kernel:
     R = NARROW_ROWS
@@ -173,14 +185,12 @@ def _narrow_layer_kernel(K: int) -> Kernel:
         for k in range(K):
             w[k] = W[k, U(j)]
         b = bias[U(j)]
-        for r in range(min(R, M - r0)):
-            acc = float32(0.0)
-            for k in range(K):
-                acc += xs[r, k] * w[k]
-            y = acc + b
-            if act == ACT_RELU and y < 0:
-                y = float32(0.0)
-            out[U(r0 + r), U(j)] = y
+        if r0 + R <= M:  # a full block: the rows' loop unrolled too
+            for r in range(R):
+                _narrow_row(xs, w, b, out, r, r0, j, act, K)
+        else:
+            for r in range(M - r0):
+                _narrow_row(xs, w, b, out, r, r0, j, act, K)
 
     narrow_layer.__name__ = narrow_layer.__qualname__ = f"narrow_layer_k{K}"
     return kernel(void(float32[:, ::1], float32[:, ::1], float32[::1], float32[:, ::1], int64, int64, int32))(
