@@ -40,6 +40,27 @@ def _window(T=40_000, seed=0):
                   (0, 30_000), (30_100, 35_000), (35_100, 40_000), idx)
 
 
+class _nvtx:
+    """An NVTX range around a block (PyTorch's binding; nothing where PyTorch is absent)."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __enter__(self):
+        try:
+            import torch
+
+            torch.cuda.nvtx.range_push(self.name)
+            self.pop = torch.cuda.nvtx.range_pop
+        except Exception:  # no PyTorch: no range
+            self.pop = None
+        return self
+
+    def __exit__(self, *exc):
+        if self.pop is not None:
+            self.pop()
+
+
 def ms_per_step(device, fn, steps: int) -> float:
     """GPU ms per step of ``fn`` (which enqueues ``steps`` steps): median of 5 event-timed calls after one
     warm call."""
@@ -102,7 +123,8 @@ def ours(math: str, steps: int, rows: list, fused: bool = True, beside: bool = F
 
     one = device.capture(tr.enqueue_update)
     loop = device.capture_loops([Loop(device, tr.enqueue_update, steps, guard=tr.state.learner.guard)])
-    graph_ms = ms_per_step(device, lambda: one.replay(steps), steps)
+    with _nvtx("update"):  # the range bench/ncu_bytes.py profiles
+        graph_ms = ms_per_step(device, lambda: one.replay(steps), steps)
     loop_ms = ms_per_step(device, loop.launch, steps)
     eager_ms = ms_per_step(device, lambda: [tr.enqueue_update(device.stream) for _ in range(steps)], steps)
     assert tr.state.learner.guard.copy_to_host()[0] == 0  # every loop ran all its passes
@@ -280,9 +302,18 @@ def main() -> int:
     p.add_argument("--maths", default="fp32,tf32", help="GEMM maths measured (comma list)")
     p.add_argument("--sm-share", action="store_true",
                    help="also the side-stream update with gpu.sm_share's GEMMs (what an agent alone runs then)")
+    p.add_argument("--only-sm-share", action="store_true",
+                   help="only the side-stream update with gpu.sm_share's GEMMs, no PyTorch (bench/ncu_bytes.py "
+                        "profiles it)")
     args = p.parse_args()
     rows: list = []
     modes = [m for m in args.pdl.split(",") if m and m != "off"]
+    if args.only_sm_share:
+        for math in args.maths.split(","):
+            ours(math, args.steps, rows, True, beside=True, share=True)
+        for name, ms, nodes in rows:
+            print(f"{name:70s} {ms:8.4f} ms/update" + (f"  ({nodes} graph nodes)" if nodes else ""))
+        return 0
     for math in args.maths.split(","):
         for fused in (False, True):
             ours(math, args.steps, rows, fused)

@@ -1,0 +1,116 @@
+"""What one agent's update moves through DRAM and how long each kernel takes alone, from Nsight Compute:
+the memory floor of an agent-update in a saturated population.
+
+In a population of 32 the agents' activations, gradients and optimiser state cannot stay in the 50 MB L2,
+so every agent's update streams its bytes from DRAM: from the buffers' sizes, about 85 MB an update
+(BENCHMARKS.md, session 13), ~28 us at 3 TB/s, of the ~61 us an agent-update took at P = 32 (TF32,
+H100). This runs ``bench/train_step.py --only-sm-share`` (one agent's update with the GEMM algorithms a
+population runs, fused forward epilogues, the side stream) under ``ncu``, caches flushed before each
+kernel (ncu's default: the population's regime), profiling the graph replays train_step times (its NVTX
+range "update"); it reads each kernel's duration, DRAM bytes read and written and instructions (all and
+tensor-pipe), and prints them per kernel of one update and in total: MB an update, what they take at
+3.0 TB/s (about what an H100's HBM3 streams), and the sum of the kernels' durations alone.
+Usage (on the GPU machine):
+    python bench/ncu_bytes.py [--maths tf32] [--skip 30] [--count 120] [--json OUT] [--raw OUT.csv]
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections import defaultdict
+
+METRICS = ("gpu__time_duration.sum", "dram__bytes_read.sum", "dram__bytes_write.sum",
+           "sm__inst_executed_pipe_tensor.sum", "smsp__inst_executed.sum")
+
+
+def _ncu() -> str:
+    for path in (shutil.which("ncu"), "/usr/local/cuda/bin/ncu"):
+        if path and os.path.exists(path):
+            return path
+    raise SystemExit("ncu (Nsight Compute) not found: run this on the GPU machine")
+
+
+def _short(name: str) -> str:
+    """A kernel's name without its template arguments and Numba's ABI suffix."""
+    name = re.sub(r"\[abi:.*$|\(.*$", "", name)
+    return name.split("::")[-1][:60]
+
+
+def _rows(text: str) -> list[dict]:
+    """ncu's ``--csv --page raw`` output: the header row (the first with "Kernel Name"), a units row, then
+    one row a kernel launch."""
+    lines = text.splitlines()
+    start = next(i for i, ln in enumerate(lines) if '"Kernel Name"' in ln)
+    rows = list(csv.DictReader(io.StringIO("\n".join(lines[start:]))))
+    return rows[1:]  # the units row
+
+
+def _num(x: str) -> float:
+    try:
+        return float(x.replace(",", ""))
+    except ValueError:
+        return float("nan")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--maths", default="tf32")
+    ap.add_argument("--skip", type=int, default=30, help="launches in the timed replays skipped first (warm-up)")
+    ap.add_argument("--count", type=int, default=120, help="kernel launches profiled (several updates)")
+    ap.add_argument("--json")
+    ap.add_argument("--raw", help="write ncu's raw CSV here too")
+    args = ap.parse_args()
+    here = os.path.dirname(os.path.abspath(__file__))
+    cmd = [_ncu(), "--csv", "--page", "raw", "--metrics", ",".join(METRICS), "--nvtx", "--nvtx-include", "update/",
+           "--launch-skip", str(args.skip),
+           "--launch-count", str(args.count), sys.executable, os.path.join(here, "train_step.py"), "--maths",
+           args.maths, "--pdl", "", "--steps", "5", "--only-sm-share"]
+    print(" ".join(cmd), flush=True)
+    run = subprocess.run(cmd, capture_output=True, text=True)
+    if args.raw:
+        with open(args.raw, "w") as f:
+            f.write(run.stdout)
+    if run.returncode != 0 or '"Kernel Name"' not in run.stdout:
+        print(run.stdout[-3000:], run.stderr[-3000:], sep="\n")
+        return 1
+    rows = _rows(run.stdout)
+    per = defaultdict(lambda: defaultdict(float))
+    for r in rows:
+        k = per[_short(r["Kernel Name"])]
+        k["launches"] += 1
+        for m in METRICS:
+            k[m] += _num(r.get(m, "nan"))
+    # one update: the launches of the kernel launched least often among those of every update (Adam: once)
+    updates = min(k["launches"] for name, k in per.items() if "adam" in name) if any("adam" in n for n in per) else 1
+    out = {"maths": args.maths, "launches": len(rows), "updates": updates, "kernels": {}}
+    print(f"{len(rows)} launches profiled, ~{updates:.0f} updates; per update (caches flushed before each kernel):")
+    print(f"{'kernel':60s} {'x':>4s} {'us':>8s} {'MB read':>8s} {'MB write':>8s} {'GB/s':>6s} {'tensor k-inst':>13s}")
+    tot_us = tot_mb = 0.0
+    for name, k in sorted(per.items(), key=lambda kv: -kv[1]["gpu__time_duration.sum"]):
+        us = k["gpu__time_duration.sum"] / 1e3 / updates  # ns -> us
+        rd, wr = k["dram__bytes_read.sum"] / 1e6 / updates, k["dram__bytes_write.sum"] / 1e6 / updates
+        tens = k["sm__inst_executed_pipe_tensor.sum"] / 1e3 / updates
+        tot_us, tot_mb = tot_us + us, tot_mb + rd + wr
+        out["kernels"][name] = {"launches_per_update": k["launches"] / updates, "us": us, "mb_read": rd,
+                                "mb_write": wr, "tensor_kinst": tens,
+                                "warp_inst_k": k["smsp__inst_executed.sum"] / 1e3 / updates}
+        print(f"{name:60s} {k['launches'] / updates:4.1f} {us:8.2f} {rd:8.2f} {wr:8.2f} "
+              f"{(rd + wr) / us * 1e3 if us else 0:6.0f} {tens:13.1f}")
+    out.update({"sum_us": tot_us, "dram_mb": tot_mb})
+    print(f"{'total':60s} {'':4s} {tot_us:8.2f} {tot_mb:17.2f} MB an update "
+          f"(~{tot_mb / 3.0e3 * 1e3:.1f} us at 3.0 TB/s)")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(out, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
