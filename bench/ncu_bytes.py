@@ -64,10 +64,17 @@ def main() -> int:
     ap.add_argument("--maths", default="tf32")
     ap.add_argument("--skip", type=int, default=30, help="launches in the timed replays skipped first (warm-up)")
     ap.add_argument("--count", type=int, default=120, help="kernel launches profiled (several updates)")
+    ap.add_argument("--population", type=int, metavar="P",
+                    help="instead: P agents' update loop (population_step's sm_share graph, TF32) profiled as one "
+                         "graph, caches flushed once before it: the DRAM bytes a population really moves an "
+                         "agent-update, with whatever L2 keeps between an agent's kernels")
+    ap.add_argument("--steps", type=int, default=20, help="updates in the loop graph profiled (--population)")
     ap.add_argument("--json")
     ap.add_argument("--raw", help="write ncu's raw CSV here too")
     args = ap.parse_args()
     here = os.path.dirname(os.path.abspath(__file__))
+    if args.population:
+        return _population(args, here)
     cmd = [_ncu(), "--csv", "--page", "raw", "--metrics", ",".join(METRICS), "--nvtx", "--nvtx-include", "update/",
            "--launch-skip", str(args.skip),
            "--launch-count", str(args.count), sys.executable, os.path.join(here, "train_step.py"), "--maths",
@@ -106,6 +113,38 @@ def main() -> int:
     out.update({"sum_us": tot_us, "dram_mb": tot_mb})
     print(f"{'total':60s} {'':4s} {tot_us:8.2f} {tot_mb:17.2f} MB an update "
           f"(~{tot_mb / 3.0e3 * 1e3:.1f} us at 3.0 TB/s)")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(out, f, indent=1)
+    return 0
+
+
+def _population(args, here: str) -> int:
+    """The population's loop graph as one profiled workload (its first launch in the NVTX range
+    "population": the warm call of ``ms_per_step``): DRAM bytes and duration per agent-update."""
+    P, steps = args.population, args.steps
+    cmd = [_ncu(), "--csv", "--page", "raw", "--metrics", ",".join(METRICS[:3]), "--graph-profiling", "graph",
+           "--nvtx", "--nvtx-include", "population/", "--launch-count", "1", sys.executable,
+           os.path.join(here, "population_step.py"), "--sizes", str(P), "--maths", args.maths, "--pdl", "",
+           "--steps", str(steps)]
+    print(" ".join(cmd), flush=True)
+    run = subprocess.run(cmd, capture_output=True, text=True)
+    if args.raw:
+        with open(args.raw, "w") as f:
+            f.write(run.stdout)
+    if run.returncode != 0 or '"Kernel Name"' not in run.stdout and '"Graph' not in run.stdout:
+        print(run.stdout[-3000:], run.stderr[-3000:], sep="\n")
+        return 1
+    lines = run.stdout.splitlines()
+    start = next(i for i, ln in enumerate(lines) if '"ID"' in ln)
+    row = list(csv.DictReader(io.StringIO("\n".join(lines[start:]))))[1]
+    n = P * steps
+    us = _num(row["gpu__time_duration.sum"]) / 1e3 / n
+    mb = (_num(row["dram__bytes_read.sum"]) + _num(row["dram__bytes_write.sum"])) / 1e6 / n
+    out = {"maths": args.maths, "P": P, "steps": steps, "us_per_agent_update": us, "dram_mb_per_agent_update": mb,
+           "read_mb": _num(row["dram__bytes_read.sum"]) / 1e6 / n, "write_mb": _num(row["dram__bytes_write.sum"]) / 1e6 / n}
+    print(f"P = {P}, {steps} updates in one graph launch (under ncu, clocks as ncu sets them): {us:.2f} us and "
+          f"{mb:.2f} MB of DRAM traffic an agent-update ({mb / us * 1e3:.0f} GB/s)")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(out, f, indent=1)

@@ -22,7 +22,7 @@ import gc
 import json
 import time
 
-from train_step import B, ATOMS, CAP, H, _window, ms_per_step, torch_update
+from train_step import B, ATOMS, CAP, H, _nvtx, _window, ms_per_step, torch_update
 
 
 def population(P: int, steps: int, fused: bool = True, pdl_modes=(), maths=("fp32", "tf32")) -> dict:
@@ -92,7 +92,8 @@ def population(P: int, steps: int, fused: bool = True, pdl_modes=(), maths=("fp3
             for t in trainers:
                 t.gemm.share_gpu(True)
             shared = device.capture_loops(loops)
-            sh_ms = ms_per_step(device, shared.launch, steps)
+            with _nvtx("population"):  # the range bench/ncu_bytes.py --population profiles
+                sh_ms = ms_per_step(device, shared.launch, steps)
             row[math].update({"sm_share_ms_per_update": sh_ms, "sm_share_agent_updates_per_s": P * 1e3 / sh_ms})
             del shared
             if P >= 16:
