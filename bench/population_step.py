@@ -148,7 +148,7 @@ def _gemm_pieces(t) -> dict:
     """Each GEMM of the update alone, with its epilogue and SM target as the update runs it (fused into
     cuBLASLt's GEMM or our kernel after it): which of a pass's GEMMs its time goes to."""
     from cuda_kernels import dense as K_dense
-    from workbench.agent.network import views
+    from workbench.agent.network import Gemm, views
 
     S = t.state
     b, lr, nets, s = S.batch, S.learner, S.nets, S.nets.s
@@ -170,6 +170,10 @@ def _gemm_pieces(t) -> dict:
         # layer is our kernel enqueues it with each of these pieces (timed alone above)
         narrow = name != "backward" and (nets.online if name == "online forward" else nets.t2).narrow_first(None)
         for i, g in enumerate(steps()):
+            if not isinstance(g, Gemm):  # the first layer's backward as our kernel (network.NarrowBackward)
+                out[f"    {name} {i + 1}: our kernel, W1's and b1's gradients"] = (
+                    lambda _s, steps=steps, i=i: steps()[i].run())
+                continue
             M, N = g.C.shape
             K = g.A.shape[0] if g.trans_a else g.A.shape[1]
             epi = f", {g.epi.kind}{' fused' if g.epi.fused else ''}" if g.epi is not None else ""
@@ -217,6 +221,10 @@ def main() -> int:
     a.add_argument("--first-layer", choices=("kernel", "gemm"),
                    help="the first layer as our kernel (dense.narrow_layer_kernel) or a GEMM "
                         "(network.NARROW_FIRST_LAYER: its default by default)")
+    a.add_argument("--first-backward", choices=("kernel", "gemm"),
+                   help="the first layer's backward (W1's and b1's gradients) as our kernel "
+                        "(dense.narrow_backward_kernel) or a ReLU-gradient kernel and a GEMM "
+                        "(network.NARROW_FIRST_BACKWARD: its default by default)")
     a.add_argument("--obs-align", type=int, metavar="N",
                    help="the observations' columns (so W1's rows) padded to a multiple of N floats "
                         "(an experiment: device_state.OBS_ALIGN, 1 by default)")
@@ -232,6 +240,10 @@ def main() -> int:
         from workbench.agent import network
 
         network.NARROW_FIRST_LAYER = args.first_layer == "kernel"
+    if args.first_backward is not None:
+        from workbench.agent import network
+
+        network.NARROW_FIRST_BACKWARD = args.first_backward == "kernel"
     if args.obs_align is not None:
         from workbench.agent import device_state
 

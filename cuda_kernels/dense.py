@@ -203,6 +203,94 @@ def narrow_layer_launch(M: int, N: int, simulator: bool) -> tuple[tuple[int, int
     return ((N + tpb - 1) // tpb, (M + NARROW_ROWS - 1) // NARROW_ROWS), tpb
 
 
+def narrow_backward_kernel(k: int) -> Kernel:
+    """The first layer's backward in one pass, for a layer of ``k`` (1..32) inputs, built once per ``k``:
+    with ``g = d * (h > 0)`` (``d`` the gradient at the layer's ReLU output, ``h`` that output),
+    ``dW[q, j] = sum_i x[i, q] g[i, j]`` and ``dbias[j] = sum_i g[i, j]``; ``d`` is only read (nothing
+    downstream reads the gated gradient of the first layer), so the pass replaces the ReLU-gradient
+    kernel's write-back of ``d`` and the weight-gradient GEMM's second read of it. The sums as
+    ``bias_act_backward_kernel`` makes its one: each thread a column's rows of its slice in order, a tree
+    over the block's row groups in shared memory, the slices added in order by the last block of each
+    column tile (deterministic). Launch with ``bias_backward_launch(N, simulator)`` (blocks of at most
+    NARROW_BWD_THREADS threads) and (d [M, N], h [M, N], x [M, k], dW [k, N], dbias [N], M, N, partial,
+    arrivals); ``partial``: float32 [slices, k + 1, >= N] (``narrow_backward_scratch_shape``),
+    ``arrivals``: int32 [>= column tiles], zeros."""
+    if not 1 <= k <= NARROW_MAX_K:
+        raise ValueError(f"narrow_backward_kernel takes 1..{NARROW_MAX_K} inputs, not {k}")
+    return _narrow_backward_kernel(int(k))
+
+
+NARROW_BWD_THREADS = 256  # the most threads a block of narrow_backward_kernel (its shared sums: k + 1 a thread)
+
+
+@functools.cache
+def _narrow_backward_kernel(K: int) -> Kernel:
+    S = K + 1  # sums a column: the K weights', then the bias's
+
+    def narrow_backward(d, h, x, dW, dbias, M, N, partial, arrivals):
+        grid_wait()
+        s = cuda.shared.array((S, NARROW_BWD_THREADS), float32)
+        last = cuda.shared.array(1, int32)
+        tx = cuda.threadIdx.x
+        ty = cuda.threadIdx.y
+        bx = cuda.blockDim.x
+        by = cuda.blockDim.y
+        tile = cuda.blockIdx.x
+        sl = cuda.blockIdx.y
+        slices = cuda.gridDim.y
+        chunk = (M + slices - 1) // slices
+        r0 = sl * chunk
+        r1 = min(M, r0 + chunk)
+        j = tile * bx + tx
+        acc = cuda.local.array(S, float32)
+        for q in range(S):
+            acc[q] = float32(0.0)
+        if j < N:
+            c = U(j)
+            for i in range(r0 + ty, r1, by):
+                g = d[U(i), c]
+                if h[U(i), c] <= 0:
+                    g = float32(0.0)
+                for q in range(K):
+                    acc[q] += x[U(i), q] * g
+                acc[K] += g
+        t = ty * bx + tx
+        for q in range(S):
+            s[q, t] = acc[q]
+        cuda.syncthreads()
+        half = by // 2
+        while half > 0:
+            if ty < half:
+                for q in range(S):
+                    s[q, t] += s[q, t + half * bx]
+            cuda.syncthreads()
+            half //= 2
+        if ty == 0 and j < N:
+            for q in range(S):
+                partial[sl, q, j] = s[q, tx]
+        if last_to_arrive(arrivals, tile, slices, last):
+            if ty == 0 and j < N:
+                for q in range(S):
+                    total = float32(0.0)
+                    for r in range(slices):
+                        total += partial[r, q, j]
+                    if q < K:
+                        dW[q, j] = total
+                    else:
+                        dbias[j] = total
+
+    narrow_backward.__name__ = narrow_backward.__qualname__ = f"narrow_backward_k{K}"
+    return kernel(void(float32[:, ::1], float32[:, ::1], float32[:, ::1], float32[:, ::1], float32[::1], int64,
+                       int64, float32[:, :, ::1], int32[::1]))(narrow_backward)
+
+
+def narrow_backward_scratch_shape(k: int, N: int, simulator: bool) -> tuple[int, int, int]:
+    """The shape of ``narrow_backward_kernel``'s ``partial`` for ``k`` inputs and N columns (its
+    ``arrivals``: ``bias_backward_scratch_shapes``'s count)."""
+    (_, slices), _ = bias_backward_launch(N, simulator)
+    return (slices, k + 1, N)
+
+
 def bias_act_launch(M: int, N: int, simulator: bool) -> tuple[tuple[int, int], int]:
     tpb = 32 if simulator else 256
     rows = min(M, 2 if simulator else 4096)

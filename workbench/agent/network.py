@@ -254,6 +254,18 @@ class DeviceNetwork:
         self.bwd_scratch = scratch() if backward else ()
         # the head's bias gradient's (_head_bias_grad), which may run beside the others
         self.head_scratch = scratch() if backward else ()
+        # the first layer's backward as our kernel where this network runs it (narrow_backward), loaded now,
+        # with its scratch: each column's partial sums (W1's and b1's) by row slice, and arrival counts
+        self.first_backward = (dense.narrow_backward_kernel(shape.obs_cols)
+                               if NARROW_FIRST_BACKWARD and backward and not self.bf16
+                               and shape.obs_cols <= dense.NARROW_MAX_K else None)
+        self.first_scratch = ()
+        if self.first_backward is not None:
+            if not SIMULATOR:
+                self.first_backward.load()
+            self.first_scratch = (cuda.device_array(dense.narrow_backward_scratch_shape(shape.obs_cols, H, device.simulator),
+                                                    np.float32, stream=s),
+                                  cuda.to_device(np.zeros(tiles, np.int32), stream=s))
         self.view_of = None
 
     @property
@@ -263,7 +275,7 @@ class DeviceNetwork:
             return 0
         return sum(int(a.size) * int(a.dtype.itemsize) for a in (self.h1, self.h2, self.head, self.logp, self.no_logp,
                                                                   self.q, self.d2, self.d1, self.mask1, self.mask2,
-                                                                  *self.bwd_scratch, *self.head_scratch,
+                                                                  *self.bwd_scratch, *self.head_scratch, *self.first_scratch,
                                                                   *self._bf16_buffers)
                    if a is not None)
 
@@ -384,7 +396,11 @@ class DeviceNetwork:
         g = views(grads_flat, self.shape)
         dh = self._dhead_operand(dhead)
         self._head_bias_grad(g, dhead, self.device.stream)
-        yield from self._backward_gemms(self._gemm_weights(params_flat), g, x, dh, self.gemm)
+        for step in self._backward_gemms(self._gemm_weights(params_flat), g, x, dh, self.gemm):
+            if isinstance(step, Gemm):
+                yield step
+            else:  # our kernel (NarrowBackward), enqueued here once the GEMM before it has run
+                step.run()
 
     def backward_beside(self, params_flat, grads_flat, x, dhead, side: "DeviceNetwork", fork, d2_ready,
                         join) -> None:
@@ -419,19 +435,25 @@ class DeviceNetwork:
 
     def _backward_gemms(self, w, g, x, dh, weights_by) -> tuple["Gemm", ...]:
         """The backward's five GEMMs in order: W3's gradient, d2 (with the ReLU gradient and b2's gradient),
-        W2's gradient, d1 (with b1's), W1's gradient. ``w``: the weights as the GEMMs read them
+        W2's gradient, d1 (with b1's), W1's gradient; where this network runs the first layer's backward as
+        our kernel (:attr:`first_backward`, a backward that does not fuse its epilogues), d1 without an
+        epilogue and then that kernel (:class:`NarrowBackward`) in place of the last two's ReLU gradient,
+        b1's gradient and W1's. ``w``: the weights as the GEMMs read them
         (:meth:`_gemm_weights`), ``dh``: dhead as they read it (:meth:`_dhead_operand`); a bf16 network's
         read its observations' and d2's and d1's bfloat16 copies. ``weights_by``: the GEMM backend of W3's
         and W2's gradients (this network's own, or a side stream's: :meth:`backward_beside`)."""
         fb, d = self.fuses_backward, self.device
         d2, d1, x = (self.d2_16, self.d1_16, self.x16) if self.bf16 else (self.d2, self.d1, x)
-        return (Gemm(self.h2, dh, g["W3"], 1, 0, weights_by),
+        head = (Gemm(self.h2, dh, g["W3"], 1, 0, weights_by),
                 Gemm(dh, w["W3"], self.d2, 0, 1, self.gemm,
                      Epilogue(DRELU_BGRAD, g["b2"], self.h2, self.mask2, fb, d, self.bwd_scratch, self.d2_16)),
-                Gemm(self.h1, d2, g["W2"], 1, 0, weights_by),
-                Gemm(d2, w["W2"], self.d1, 0, 1, self.gemm,
-                     Epilogue(DRELU_BGRAD, g["b1"], self.h1, self.mask1, fb, d, self.bwd_scratch, self.d1_16)),
-                Gemm(x, d1, g["W1"], 1, 0, self.gemm))
+                Gemm(self.h1, d2, g["W2"], 1, 0, weights_by))
+        if self.first_backward is not None and not fb:  # d1's GEMM alone, then W1's and b1's gradients in one pass
+            return head + (Gemm(d2, w["W2"], self.d1, 0, 1, self.gemm),
+                           NarrowBackward(self, self.d1, self.h1, x, g["W1"], g["b1"]))
+        return head + (Gemm(d2, w["W2"], self.d1, 0, 1, self.gemm,
+                            Epilogue(DRELU_BGRAD, g["b1"], self.h1, self.mask1, fb, d, self.bwd_scratch, self.d1_16)),
+                       Gemm(x, d1, g["W1"], 1, 0, self.gemm))
 
 
 # Where cuBLASLt's DRELU_BGRAD backward beats a plain GEMM and our ReLU-gradient/bias-gradient kernel
@@ -443,6 +465,10 @@ FUSED_BACKWARD_MATH = ("fp32",)
 # (DeviceNetwork.narrow_first): its output is write-bound and a GEMM library's tiles are made for a deep K.
 # Off until measured in the update (bench/population_step.py --first-layer kernel).
 NARROW_FIRST_LAYER = False
+# Its backward as our kernel too (DeviceNetwork.first_backward: W1's and b1's gradients in one pass over d1,
+# replacing d1's ReLU-gradient kernel and W1's gradient GEMM) where the backward does not fuse its epilogues.
+# Off until measured (bench/population_step.py --first-backward kernel).
+NARROW_FIRST_BACKWARD = False
 
 
 class Epilogue(NamedTuple):
@@ -512,6 +538,26 @@ class Gemm(NamedTuple):
         unfused one's)."""
         if self.epi is not None:
             self.epi.unfused(self.C)
+
+
+class NarrowBackward(NamedTuple):
+    """The first layer's backward as one kernel (:func:`cuda_kernels.dense.narrow_backward_kernel`): from
+    ``d1`` (the gradient at h1, not yet through its ReLU) and ``h1``, W1's gradient ``dW`` (from the
+    observations ``x``) and b1's ``db``, on the network's stream; ``d1`` only read."""
+
+    net: "DeviceNetwork"
+    d1: object
+    h1: object
+    x: object
+    dW: object
+    db: object
+
+    def run(self) -> None:
+        n = self.net
+        rows, cols = self.d1.shape
+        grid, block = dense.bias_backward_launch(cols, n.device.simulator)
+        n.first_backward[grid, block, n.device.stream](self.d1, self.h1, self.x, self.dW, self.db, rows, cols,
+                                                       *n.first_scratch)
 
 
 def _same_array(a, b) -> bool:
