@@ -7,6 +7,9 @@ Kernel-side only (NumPy/Numba). Matrices are float32, row-major, C-contiguous.
 64x16 slices of A and B through shared memory. ``gemm_bf16_kernel`` is the same GEMM on bfloat16
 operands (``uint16`` bits, :mod:`cuda_kernels.bf16`), each widened to float32 as it is staged, float32
 accumulation and output: the simulator's stand-in for cuBLAS's bf16 GEMMs.
+``narrow_layer_kernel(k)`` and ``narrow_backward_kernel(k)``, built once per input width ``k`` <= 32: the
+first layer's forward (bias and ReLU included) and its backward (W's and the bias's gradients in one pass
+over the incoming gradient) without a GEMM library, whose tiles are made for a deep inner dimension.
 """
 from __future__ import annotations
 
