@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# One device call for the experiments built but not yet measured on a GPU (session 13), each part with its
+# own time limit so a call cut short still returns what the parts before it measured. Usage (device tool;
+# carry [".whl"]):
+#   bash bench/experiments.sh [parts]
+#   parts, in the order given (default: all): tests first-layer bytes groups fused-backward
+#     tests         the GPU tests of the first layer's kernels (test_network, test_kernels: narrow, first_layer)
+#     first-layer   population_step P = 32 TF32 sm_share with the first layer's forward and backward as GEMMs,
+#                   as our kernels (NARROW_FIRST_LAYER, NARROW_FIRST_BACKWARD), and the forward alone as ours
+#     bytes         bench/ncu_bytes.py: one agent's update kernel by kernel, and a population of 32 as one graph
+#     groups        bench/group_probe.py TF32: G agents' GEMM as one batched cuBLASLt call
+#     fused-backward population_step P = 32 with TF32's backward fusing its ReLU and bias gradients (cuBLASLt)
+# SIZES (default 32) and MATHS (default tf32) from the environment. Writes logs and JSON under $OUT
+# (/tmp/experiments without it).
+set -uo pipefail
+PARTS=${*:-tests first-layer bytes groups fused-backward}
+OUT=${OUT:-/tmp/experiments}; mkdir -p "$OUT"
+SIZES=${SIZES:-32}; MATHS=${MATHS:-tf32}
+for part in $PARTS; do
+  case $part in tests|first-layer|bytes|groups|fused-backward) ;;
+    *) echo "unknown part: $part (tests first-layer bytes groups fused-backward)" >&2; exit 2 ;;
+  esac
+done
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+  || exit 1
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+python3 -m compileall -q workbench cuda_kernels bench > /dev/null
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/device.txt"
+echo "tree: $(git rev-parse --short HEAD 2>/dev/null) (with its uncommitted changes)" | tee -a "$OUT/device.txt"
+
+pop() {  # label, then population_step's extra arguments
+  local label=$1; shift
+  echo "== $label"
+  timeout 150 python3 bench/population_step.py --sizes "$SIZES" --maths "$MATHS" --pdl "" --json "$OUT/pop_$label.json" \
+    "$@" 2>&1 | grep -v Warning | tail -1
+}
+
+for part in $PARTS; do
+  case $part in
+    tests)
+      timeout 150 python3 -m pytest -q -p no:cacheprovider tests/test_network.py tests/test_kernels.py \
+        -k "narrow or first_layer or forward_backward or fused" 2>&1 | tail -3 | tee "$OUT/pytest.txt" ;;
+    first-layer)
+      pop gemms --first-layer gemm --first-backward gemm
+      pop kernels --first-layer kernel --first-backward kernel
+      pop forward_kernel --first-layer kernel --first-backward gemm
+      pop gemms_again --first-layer gemm --first-backward gemm ;;
+    bytes)
+      timeout 200 python3 bench/ncu_bytes.py --maths "$MATHS" --json "$OUT/ncu_bytes_update.json" 2>&1 \
+        | tail -40 | tee "$OUT/ncu_bytes_update.txt"
+      timeout 200 python3 bench/ncu_bytes.py --maths "$MATHS" --population "$SIZES" \
+        --json "$OUT/ncu_bytes_population.json" 2>&1 | tail -5 | tee "$OUT/ncu_bytes_population.txt" ;;
+    groups)
+      (cd bench && timeout 200 python3 group_probe.py --maths "$MATHS" --json "$OUT/group_probe.json" 2>&1 \
+        | grep -v Warning > "$OUT/group_probe.txt"); cut -c1-160 "$OUT/group_probe.txt" ;;
+    fused-backward)
+      pop fused_backward --fused-backward "fp32,$MATHS" ;;
+  esac
+done
