@@ -1,9 +1,10 @@
 """Would a population's GEMMs run faster if agents met in small groups, G agents' same GEMM as one
 batched cuBLASLt call on one lane, instead of each agent's GEMM on its own lane?
 
-Measured in session 13 (``bench/population_step.py``'s GEMM pieces, H100, TF32, P = 16): the update's
-2048-row GEMMs run at ~190 TFLOP/s per agent in a saturated population, its 1024-row ones and the weight
-gradients (K = 1024) at ~110-120: the target forward and the whole backward are made of the slow kind. A
+Measured in session 13 (``bench/population_step.py``'s GEMM pieces, H100, TF32, P = 16, one GEMM a lane
+in each replayed graph): the update's 2048-row GEMMs ran at ~190 TFLOP/s per agent, its 1024-row ones and
+the weight gradients (K = 1024) at ~110-120; ``bench/lt_algo_probe.py`` (ten GEMMs a lane) found a smaller
+gap (1024 rows: 2.85 us per agent in 16 targeted lanes, 2.67 as one ``torch.bmm`` over 16 agents). A
 batched GEMM of G = 2 agents has the tiles of a 2048-row one. This probe times, for P agents (default 32)
 and each GEMM shape of the update (row-major ``C[M, N] = op(A) @ op(B)``, fp32 operands), P / G lanes
 side by side in one CUDA graph, each running batched GEMMs of G agents with SM count target G x the
