@@ -142,7 +142,8 @@ def _population(args, here: str) -> int:
     us = _num(row["gpu__time_duration.sum"]) / 1e3 / n
     mb = (_num(row["dram__bytes_read.sum"]) + _num(row["dram__bytes_write.sum"])) / 1e6 / n
     out = {"maths": args.maths, "P": P, "steps": steps, "us_per_agent_update": us, "dram_mb_per_agent_update": mb,
-           "read_mb": _num(row["dram__bytes_read.sum"]) / 1e6 / n, "write_mb": _num(row["dram__bytes_write.sum"]) / 1e6 / n}
+           "read_mb": _num(row["dram__bytes_read.sum"]) / 1e6 / n,
+           "write_mb": _num(row["dram__bytes_write.sum"]) / 1e6 / n}
     print(f"P = {P}, {steps} updates in one graph launch (under ncu, clocks as ncu sets them): {us:.2f} us and "
           f"{mb:.2f} MB of DRAM traffic an agent-update ({mb / us * 1e3:.0f} GB/s)")
     if args.json:

@@ -263,8 +263,8 @@ class DeviceNetwork:
         if self.first_backward is not None:
             if not SIMULATOR:
                 self.first_backward.load()
-            self.first_scratch = (cuda.device_array(dense.narrow_backward_scratch_shape(shape.obs_cols, H, device.simulator),
-                                                    np.float32, stream=s),
+            partial = dense.narrow_backward_scratch_shape(shape.obs_cols, H, device.simulator)
+            self.first_scratch = (cuda.device_array(partial, np.float32, stream=s),
                                   cuda.to_device(np.zeros(tiles, np.int32), stream=s))
         self.view_of = None
 
@@ -275,8 +275,8 @@ class DeviceNetwork:
             return 0
         return sum(int(a.size) * int(a.dtype.itemsize) for a in (self.h1, self.h2, self.head, self.logp, self.no_logp,
                                                                   self.q, self.d2, self.d1, self.mask1, self.mask2,
-                                                                  *self.bwd_scratch, *self.head_scratch, *self.first_scratch,
-                                                                  *self._bf16_buffers)
+                                                                  *self.bwd_scratch, *self.head_scratch,
+                                                                  *self.first_scratch, *self._bf16_buffers)
                    if a is not None)
 
     @property
