@@ -13,9 +13,8 @@ two batch modes: strided (the G agents' matrices at a constant stride: one alloc
 arrays (``BatchMode.POINTER_ARRAY``: any allocations, what separately allocated agents would need).
 For the forward shapes also with the bias + ReLU epilogue (``BIAS_BATCH_STRIDE``; with pointer arrays
 too, the biases then one pointer and a stride, which for G = 2 any two allocations can be: their
-distance). Reports us per agent,
-TFLOP/s, the algorithm's configuration, and whether each agent's output is bit for bit its output at
-G = 1 (the same-result-in-any-population rule). Usage (GPU, PyTorch, nvmath-python):
+distance). Reports us per agent, TFLOP/s, the algorithm's configuration, and whether each agent's output
+is bit for bit its output at G = 1 (the same-result-in-any-population rule). Usage (GPU, PyTorch, nvmath-python):
     python bench/group_probe.py [--agents 32] [--groups 1,2,4] [--maths tf32] [--json OUT]
 """
 from __future__ import annotations
