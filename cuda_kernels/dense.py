@@ -223,6 +223,15 @@ def narrow_backward_kernel(k: int) -> Kernel:
     return _narrow_backward_kernel(int(k))
 
 
+@device_function
+def _narrow_grad_row(acc, x, i, g, K):
+    """One row's share of narrow_backward_kernel's sums: acc[q] += x[i, q] g for the K inputs, then the
+    bias's acc[K] += g."""
+    for q in range(K):
+        acc[q] += x[i, q] * g
+    acc[K] += g
+
+
 NARROW_BWD_THREADS = 256  # the most threads a block of narrow_backward_kernel (its shared sums: k + 1 a thread)
 
 
@@ -250,13 +259,29 @@ def _narrow_backward_kernel(K: int) -> Kernel:
             acc[q] = float32(0.0)
         if j < N:
             c = U(j)
-            for i in range(r0 + ty, r1, by):
+            i = r0 + ty
+            while i + 3 * by < r1:  # four rows' loads issued before their sums (added in row order, as below)
+                i0, i1, i2, i3 = U(i), U(i + by), U(i + 2 * by), U(i + 3 * by)
+                g0, g1, g2, g3 = d[i0, c], d[i1, c], d[i2, c], d[i3, c]
+                if h[i0, c] <= 0:
+                    g0 = float32(0.0)
+                if h[i1, c] <= 0:
+                    g1 = float32(0.0)
+                if h[i2, c] <= 0:
+                    g2 = float32(0.0)
+                if h[i3, c] <= 0:
+                    g3 = float32(0.0)
+                _narrow_grad_row(acc, x, i0, g0, K)
+                _narrow_grad_row(acc, x, i1, g1, K)
+                _narrow_grad_row(acc, x, i2, g2, K)
+                _narrow_grad_row(acc, x, i3, g3, K)
+                i += 4 * by
+            while i < r1:
                 g = d[U(i), c]
                 if h[U(i), c] <= 0:
                     g = float32(0.0)
-                for q in range(K):
-                    acc[q] += x[U(i), q] * g
-                acc[K] += g
+                _narrow_grad_row(acc, x, U(i), g, K)
+                i += by
         t = ty * bx + tx
         for q in range(S):
             s[q, t] = acc[q]
