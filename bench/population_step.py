@@ -159,7 +159,7 @@ def _gemm_pieces(t) -> dict:
     out = {}
     for name, net, params, x in (("online forward", nets.online, lr.params, b.obs_pair),
                                  ("target forward", nets.t2, lr.target, b.obs_next)):
-        if net.narrow_first(None):  # the first layer as our kernel: enqueued by the pass before its first GEMM
+        if _narrow(net):  # the first layer as our kernel: enqueued by the pass before its first GEMM
             def first(st, net=net, params=params, x=x):
                 grid, tpb = K_dense.narrow_layer_launch(net.rows, S.shape.hidden, False)
                 p = views(params, S.shape)
@@ -168,7 +168,7 @@ def _gemm_pieces(t) -> dict:
     for name, steps in passes.items():
         # the steps' GEMMs (a bf16 pass converts nothing here: its owners' copies); a forward whose first
         # layer is our kernel enqueues it with each of these pieces (timed alone above)
-        narrow = name != "backward" and (nets.online if name == "online forward" else nets.t2).narrow_first(None)
+        narrow = name != "backward" and _narrow(nets.online if name == "online forward" else nets.t2)
         for i, g in enumerate(steps()):
             if not isinstance(g, Gemm):  # the first layer's backward as our kernel (network.NarrowBackward)
                 out[f"    {name} {i + 1}: our kernel, W1's and b1's gradients"] = (
@@ -180,6 +180,12 @@ def _gemm_pieces(t) -> dict:
             epi += " (+ the first layer's kernel)" if narrow else ""
             out[f"    {name} GEMM {i + 1}: {M}x{N}x{K}{epi}"] = lambda _s, steps=steps, i=i: steps()[i].run()
     return out
+
+
+def _narrow(net) -> bool:
+    """Whether ``net``'s forward runs its first layer as our kernel (as its forward decides: not where it
+    writes ReLU masks for a fused backward)."""
+    return net.narrow_first(net.mask1 if net.fuses_backward else None)
 
 
 def _gemms(t, params, x) -> None:
