@@ -224,6 +224,15 @@ def narrow_backward_kernel(k: int) -> Kernel:
 
 
 @device_function
+def _row_slice(M, sl, slices):
+    """Rows [r0, r1) of slice ``sl`` of ``slices`` equal slices of M rows: the row-sliced gradient kernels'
+    (bias_act_backward_kernel's, narrow_backward_kernel's) split, one block row a slice."""
+    chunk = (M + slices - 1) // slices
+    r0 = sl * chunk
+    return r0, min(M, r0 + chunk)
+
+
+@device_function
 def _narrow_grad_row(acc, x, i, g, K):
     """One row's share of narrow_backward_kernel's sums: acc[q] += x[i, q] g for the K inputs, then the
     bias's acc[K] += g."""
@@ -250,9 +259,7 @@ def _narrow_backward_kernel(K: int) -> Kernel:
         tile = cuda.blockIdx.x
         sl = cuda.blockIdx.y
         slices = cuda.gridDim.y
-        chunk = (M + slices - 1) // slices
-        r0 = sl * chunk
-        r1 = min(M, r0 + chunk)
+        r0, r1 = _row_slice(M, sl, slices)
         j = tile * bx + tx
         acc = cuda.local.array(S, float32)
         for q in range(S):
@@ -356,9 +363,7 @@ def _make_bias_backward(load, name: str):
         tile = cuda.blockIdx.x
         sl = cuda.blockIdx.y
         slices = cuda.gridDim.y
-        chunk = (M + slices - 1) // slices
-        r0 = sl * chunk
-        r1 = min(M, r0 + chunk)
+        r0, r1 = _row_slice(M, sl, slices)
         j = tile * bx + tx
         acc = float32(0.0)
         if j < N:
