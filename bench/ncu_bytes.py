@@ -43,13 +43,28 @@ def _short(name: str) -> str:
     return name.split("::")[-1][:60]
 
 
-def _rows(text: str) -> list[dict]:
-    """ncu's ``--csv --page raw`` output: the header row (the first with "Kernel Name"), a units row, then
-    one row a kernel launch."""
-    lines = text.splitlines()
-    start = next(i for i, ln in enumerate(lines) if '"Kernel Name"' in ln)
-    rows = list(csv.DictReader(io.StringIO("\n".join(lines[start:]))))
-    return rows[1:]  # the units row
+def _profile(cmd: list[str], raw: str | None) -> list[dict] | None:
+    """Run ``cmd`` (ncu with ``--csv --page raw``) and read its report: the header row (the first that
+    starts with "ID", after the program's own output), a units row, then one row a profiled workload (a
+    kernel launch, or a graph). ncu's raw CSV written to ``raw`` where given; None (its output's tail
+    printed) where ncu failed or profiled nothing."""
+    print(" ".join(cmd), flush=True)
+    run = subprocess.run(cmd, capture_output=True, text=True)
+    if raw:
+        with open(raw, "w") as f:
+            f.write(run.stdout)
+    lines = run.stdout.splitlines()
+    start = next((i for i, ln in enumerate(lines) if ln.startswith('"ID"')), None)
+    if run.returncode != 0 or start is None:
+        print(run.stdout[-3000:], run.stderr[-3000:], sep="\n")
+        return None
+    return list(csv.DictReader(io.StringIO("\n".join(lines[start:]))))[1:]  # [1:]: the units row
+
+
+def _write_json(path: str | None, out: dict) -> None:
+    if path:
+        with open(path, "w") as f:
+            json.dump(out, f, indent=1)
 
 
 def _num(x: str) -> float:
@@ -79,15 +94,9 @@ def main() -> int:
            "--launch-skip", str(args.skip),
            "--launch-count", str(args.count), sys.executable, os.path.join(here, "train_step.py"), "--maths",
            args.maths, "--pdl", "", "--steps", "5", "--only-sm-share"]
-    print(" ".join(cmd), flush=True)
-    run = subprocess.run(cmd, capture_output=True, text=True)
-    if args.raw:
-        with open(args.raw, "w") as f:
-            f.write(run.stdout)
-    if run.returncode != 0 or '"Kernel Name"' not in run.stdout:
-        print(run.stdout[-3000:], run.stderr[-3000:], sep="\n")
+    rows = _profile(cmd, args.raw)
+    if rows is None:
         return 1
-    rows = _rows(run.stdout)
     per = defaultdict(lambda: defaultdict(float))
     for r in rows:
         k = per[_short(r["Kernel Name"])]
@@ -113,9 +122,7 @@ def main() -> int:
     out.update({"sum_us": tot_us, "dram_mb": tot_mb})
     print(f"{'total':60s} {'':4s} {tot_us:8.2f} {tot_mb:17.2f} MB an update "
           f"(~{tot_mb / 3.0e3 * 1e3:.1f} us at 3.0 TB/s)")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(out, f, indent=1)
+    _write_json(args.json, out)
     return 0
 
 
@@ -127,28 +134,17 @@ def _population(args, here: str) -> int:
            "--nvtx", "--nvtx-include", "population/", "--launch-count", "1", sys.executable,
            os.path.join(here, "population_step.py"), "--sizes", str(P), "--maths", args.maths, "--pdl", "",
            "--steps", str(steps)]
-    print(" ".join(cmd), flush=True)
-    run = subprocess.run(cmd, capture_output=True, text=True)
-    if args.raw:
-        with open(args.raw, "w") as f:
-            f.write(run.stdout)
-    if run.returncode != 0 or '"Kernel Name"' not in run.stdout and '"Graph' not in run.stdout:
-        print(run.stdout[-3000:], run.stderr[-3000:], sep="\n")
+    rows = _profile(cmd, args.raw)
+    if not rows:
         return 1
-    lines = run.stdout.splitlines()
-    start = next(i for i, ln in enumerate(lines) if '"ID"' in ln)
-    row = list(csv.DictReader(io.StringIO("\n".join(lines[start:]))))[1]
-    n = P * steps
+    row, n = rows[0], P * steps
     us = _num(row["gpu__time_duration.sum"]) / 1e3 / n
-    mb = (_num(row["dram__bytes_read.sum"]) + _num(row["dram__bytes_write.sum"])) / 1e6 / n
-    out = {"maths": args.maths, "P": P, "steps": steps, "us_per_agent_update": us, "dram_mb_per_agent_update": mb,
-           "read_mb": _num(row["dram__bytes_read.sum"]) / 1e6 / n,
-           "write_mb": _num(row["dram__bytes_write.sum"]) / 1e6 / n}
+    rd, wr = _num(row["dram__bytes_read.sum"]) / 1e6 / n, _num(row["dram__bytes_write.sum"]) / 1e6 / n
+    out = {"maths": args.maths, "P": P, "steps": steps, "us_per_agent_update": us, "dram_mb_per_agent_update": rd + wr,
+           "read_mb": rd, "write_mb": wr}
     print(f"P = {P}, {steps} updates in one graph launch (under ncu, clocks as ncu sets them): {us:.2f} us and "
-          f"{mb:.2f} MB of DRAM traffic an agent-update ({mb / us * 1e3:.0f} GB/s)")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(out, f, indent=1)
+          f"{rd + wr:.2f} MB of DRAM traffic an agent-update ({(rd + wr) / us * 1e3:.0f} GB/s)")
+    _write_json(args.json, out)
     return 0
 
 
