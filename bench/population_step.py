@@ -147,7 +147,6 @@ def _pieces(t) -> dict:
 def _gemm_pieces(t) -> dict:
     """Each GEMM of the update alone, with its epilogue and SM target as the update runs it (fused into
     cuBLASLt's GEMM or our kernel after it): which of a pass's GEMMs its time goes to."""
-    from cuda_kernels import dense as K_dense
     from workbench.agent.network import Gemm, views
 
     S = t.state
@@ -160,11 +159,8 @@ def _gemm_pieces(t) -> dict:
     for name, net, params, x in (("online forward", nets.online, lr.params, b.obs_pair),
                                  ("target forward", nets.t2, lr.target, b.obs_next)):
         if _narrow(net):  # the first layer as our kernel: enqueued by the pass before its first GEMM
-            def first(st, net=net, params=params, x=x):
-                grid, tpb = K_dense.narrow_layer_launch(net.rows, S.shape.hidden, False)
-                p = views(params, S.shape)
-                net.first_kernel[grid, tpb, st](x, p["W1"], p["b1"], net.h1, net.rows, S.shape.hidden, K_dense.ACT_RELU)
-            out[f"    {name} first layer: our kernel, {net.rows}x{S.shape.hidden}x{S.shape.obs_cols}"] = first
+            out[f"    {name} first layer: our kernel, {net.rows}x{S.shape.hidden}x{S.shape.obs_cols}"] = (
+                lambda _s, net=net, params=params, x=x: net.first_layer(params, x))
     for name, steps in passes.items():
         # the steps' GEMMs (a bf16 pass converts nothing here: its owners' copies); a forward whose first
         # layer is our kernel enqueues it with each of these pieces (timed alone above)

@@ -249,8 +249,8 @@ class DeviceNetwork:
         # the bias-gradient kernel's scratch (its row slices' sums, and its per-tile arrival counts, which
         # every launch leaves at zero): one for this network's backward launches, which run in turn
         part_shape, tiles = dense.bias_backward_scratch_shapes(max(H, W), device.simulator)
-        scratch = lambda: (cuda.device_array(part_shape, np.float32, stream=s),  # noqa: E731
-                           cuda.to_device(np.zeros(tiles, np.int32), stream=s))
+        scratch = lambda partial=part_shape: (cuda.device_array(partial, np.float32, stream=s),  # noqa: E731
+                                              cuda.to_device(np.zeros(tiles, np.int32), stream=s))
         self.bwd_scratch = scratch() if backward else ()
         # the head's bias gradient's (_head_bias_grad), which may run beside the others
         self.head_scratch = scratch() if backward else ()
@@ -263,9 +263,7 @@ class DeviceNetwork:
         if self.first_backward is not None:
             if not SIMULATOR:
                 self.first_backward.load()
-            partial = dense.narrow_backward_scratch_shape(shape.obs_cols, H, device.simulator)
-            self.first_scratch = (cuda.device_array(partial, np.float32, stream=s),
-                                  cuda.to_device(np.zeros(tiles, np.int32), stream=s))
+            self.first_scratch = scratch(dense.narrow_backward_scratch_shape(shape.obs_cols, H, device.simulator))
         self.view_of = None
 
     @property
@@ -335,8 +333,7 @@ class DeviceNetwork:
             yield from self._forward_bf16_trunk(params_flat, x, p, w)
         else:
             if self.narrow_first(m1):
-                grid, tpb = dense.narrow_layer_launch(self.rows, sh.hidden, d.simulator)
-                self.first_kernel[grid, tpb, st](x, w["W1"], p["b1"], self.h1, self.rows, sh.hidden, dense.ACT_RELU)
+                self.first_layer(params_flat, x)
             else:
                 yield Gemm(x, w["W1"], self.h1, 0, 0, self.gemm, Epilogue(RELU_BIAS, p["b1"], self.h1, m1, f, d))
             yield Gemm(self.h1, w["W2"], self.h2, 0, 0, self.gemm, Epilogue(RELU_BIAS, p["b2"], self.h2, m2, f, d))
@@ -357,6 +354,13 @@ class DeviceNetwork:
         observations at most ``dense.NARROW_MAX_K`` wide: :attr:`first_kernel`) and no ReLU mask is to be
         written for a fused backward (``mask``: the forward's first mask, None where none is)."""
         return self.first_kernel is not None and mask is None
+
+    def first_layer(self, params_flat, x) -> None:
+        """h1 = relu(x @ W1 + b1) as our kernel (:attr:`first_kernel`), on the network's stream: a forward's
+        first step where :meth:`narrow_first` says so."""
+        p, H = views(params_flat, self.shape), self.shape.hidden
+        grid, tpb = dense.narrow_layer_launch(self.rows, H, self.device.simulator)
+        self.first_kernel[grid, tpb, self.device.stream](x, p["W1"], p["b1"], self.h1, self.rows, H, dense.ACT_RELU)
 
     def _gemm_weights(self, params_flat) -> dict:
         """The weights as the GEMMs read them: a bf16 network's bfloat16 copy (its forward converts it),
