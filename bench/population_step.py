@@ -158,13 +158,13 @@ def _gemm_pieces(t) -> dict:
     out = {}
     for name, net, params, x in (("online forward", nets.online, lr.params, b.obs_pair),
                                  ("target forward", nets.t2, lr.target, b.obs_next)):
-        if _narrow(net):  # the first layer as our kernel: enqueued by the pass before its first GEMM
+        if net.narrow_first():  # the first layer as our kernel: enqueued by the pass before its first GEMM
             out[f"    {name} first layer: our kernel, {net.rows}x{S.shape.hidden}x{S.shape.obs_cols}"] = (
                 lambda _s, net=net, params=params, x=x: net.first_layer(params, x))
     for name, steps in passes.items():
         # the steps' GEMMs (a bf16 pass converts nothing here: its owners' copies); a forward whose first
         # layer is our kernel enqueues it with each of these pieces (timed alone above)
-        narrow = name != "backward" and _narrow(nets.online if name == "online forward" else nets.t2)
+        narrow = name != "backward" and (nets.online if name == "online forward" else nets.t2).narrow_first()
         for i, g in enumerate(steps()):
             if not isinstance(g, Gemm):  # the first layer's backward as our kernel (network.NarrowBackward)
                 out[f"    {name} {i + 1}: our kernel, W1's and b1's gradients"] = (
@@ -176,12 +176,6 @@ def _gemm_pieces(t) -> dict:
             epi += " (+ the first layer's kernel)" if narrow else ""
             out[f"    {name} GEMM {i + 1}: {M}x{N}x{K}{epi}"] = lambda _s, steps=steps, i=i: steps()[i].run()
     return out
-
-
-def _narrow(net) -> bool:
-    """Whether ``net``'s forward runs its first layer as our kernel (as its forward decides: not where it
-    writes ReLU masks for a fused backward)."""
-    return net.narrow_first(net.mask1 if net.fuses_backward else None)
 
 
 def _gemms(t, params, x) -> None:

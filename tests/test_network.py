@@ -321,11 +321,11 @@ def test_the_first_layer_kernels_match_the_gemms(rng, math, monkeypatch):
         monkeypatch.setattr("workbench.agent.network.NARROW_FIRST_LAYER", narrow)
         monkeypatch.setattr("workbench.agent.network.NARROW_FIRST_BACKWARD", narrow)
         nets[narrow] = net = DeviceNetwork(device, gemm, shape, 2 * rows, *consts, fused=True)
-        assert net.narrow_first(net.mask1) == narrow and _last_backward_step(net, p_dev, x) == narrow
+        assert net.narrow_first() == narrow and _last_backward_step(net, p_dev, x) == narrow
         out[narrow] = _forward_backward(net, device, shape, rows, p_dev, x, dhead, nets.get(False) if narrow else None)
         if math == "fp32" and narrow:  # a network that fuses fp32's backward: its first layer stays GEMMs
             fused = DeviceNetwork(device, gemm, shape, 2 * rows, *consts, fused=True, masks=True)
-            assert fused.fuses_backward and not fused.narrow_first(fused.mask1)
+            assert fused.fuses_backward and not fused.narrow_first()
             assert not _last_backward_step(fused, p_dev, x)
     scale = float(np.abs(out[False]["h1"]).max())
     tol = 2.0 ** -8 if math == "tf32" else 1e-5

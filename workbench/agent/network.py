@@ -332,7 +332,7 @@ class DeviceNetwork:
         if self.bf16:
             yield from self._forward_bf16_trunk(params_flat, x, p, w)
         else:
-            if self.narrow_first(m1):
+            if self.narrow_first():
                 self.first_layer(params_flat, x)
             else:
                 yield Gemm(x, w["W1"], self.h1, 0, 0, self.gemm, Epilogue(RELU_BIAS, p["b1"], self.h1, m1, f, d))
@@ -348,12 +348,12 @@ class DeviceNetwork:
         self.head_kernel[grid, block, st](self.head, self.rows, self.support, self.logp if keep else self.no_logp,
                                           int(keep), self.q)
 
-    def narrow_first(self, mask) -> bool:
+    def narrow_first(self) -> bool:
         """Whether this forward's first layer runs as our kernel (:func:`cuda_kernels.dense.narrow_layer_kernel`)
         rather than a GEMM: where the network was built with it (:data:`NARROW_FIRST_LAYER` on, float32
-        observations at most ``dense.NARROW_MAX_K`` wide: :attr:`first_kernel`) and no ReLU mask is to be
-        written for a fused backward (``mask``: the forward's first mask, None where none is)."""
-        return self.first_kernel is not None and mask is None
+        observations at most ``dense.NARROW_MAX_K`` wide: :attr:`first_kernel`) and its forward writes no
+        ReLU mask for a fused backward (:attr:`fuses_backward`, read as the pass is enqueued)."""
+        return self.first_kernel is not None and not self.fuses_backward
 
     def first_layer(self, params_flat, x) -> None:
         """h1 = relu(x @ W1 + b1) as our kernel (:attr:`first_kernel`), on the network's stream: a forward's
