@@ -2,8 +2,8 @@
 the memory floor of an agent-update in a saturated population.
 
 In a population of 32 the agents' activations, gradients and optimiser state cannot stay in the 50 MB L2,
-so every agent's update streams its bytes from DRAM: from the buffers' sizes, about 85 MB an update
-(BENCHMARKS.md, session 13), ~28 us at 3 TB/s, of the ~61 us an agent-update took at P = 32 (TF32,
+so every agent's update streams its bytes from DRAM: from the buffers' sizes, about 104 MB an update
+(BENCHMARKS.md, session 13), ~35 us at 3 TB/s, of the ~61 us an agent-update took at P = 32 (TF32,
 H100). This runs ``bench/train_step.py --only-sm-share`` (one agent's update with the GEMM algorithms a
 population runs, fused forward epilogues, the side stream) under ``ncu``, caches flushed before each
 kernel (ncu's default: the population's regime), profiling the graph replays train_step times (its NVTX
