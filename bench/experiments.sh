@@ -3,28 +3,31 @@
 # own time limit so a call cut short still returns what the parts before it measured. Usage (device tool;
 # carry [".whl"]):
 #   bash bench/experiments.sh [parts]
-#   parts, in the order given (default: all): tests first-layer bytes groups fused-backward
+#   parts, in the order given (default: all): tests first-layer bytes groups fused-backward walls
 #     tests         the GPU tests of the first layer's kernels (test_network, test_kernels: narrow, first_layer)
 #     first-layer   population_step P = 32 TF32 sm_share with the first layer's forward and backward as GEMMs,
 #                   as our kernels (NARROW_FIRST_LAYER, NARROW_FIRST_BACKWARD), and the forward alone as ours
 #     bytes         bench/ncu_bytes.py: one agent's update kernel by kernel, and a population of 32 as one graph
 #     groups        bench/group_probe.py TF32: G agents' GEMM as one batched cuBLASLt call
 #     fused-backward population_step P = 32 with TF32's backward fusing its ReLU and bias gradients (cuBLASLt)
+#     walls         #15's wall targets as a user meets them (the card's own profile, bytecode compiled, warm
+#                   kernel cache after one run that fills it): the sample walk-forward three times, then
+#                   240,000 synthetic bars (35 folds) once; process walls, and each run's stitched Sharpe
 # SIZES (default 32) and MATHS (default tf32) from the environment. Writes logs and JSON under $OUT
 # (/tmp/experiments without it).
 set -uo pipefail
-PARTS=${*:-tests first-layer bytes groups fused-backward}
+PARTS=${*:-tests first-layer bytes groups fused-backward walls}
 OUT=${OUT:-/tmp/experiments}; mkdir -p "$OUT"
 SIZES=${SIZES:-32}; MATHS=${MATHS:-tf32}
 for part in $PARTS; do
-  case $part in tests|first-layer|bytes|groups|fused-backward) ;;
-    *) echo "unknown part: $part (tests first-layer bytes groups fused-backward)" >&2; exit 2 ;;
+  case $part in tests|first-layer|bytes|groups|fused-backward|walls) ;;
+    *) echo "unknown part: $part (tests first-layer bytes groups fused-backward walls)" >&2; exit 2 ;;
   esac
 done
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
   || exit 1
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
-python3 -m compileall -q workbench cuda_kernels bench > /dev/null
+python3 -m compileall -q workbench cuda_kernels bench /tmp/site > /dev/null
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/device.txt"
 echo "tree: $(git rev-parse --short HEAD 2>/dev/null) (with its uncommitted changes)" | tee -a "$OUT/device.txt"
 
@@ -55,5 +58,19 @@ for part in $PARTS; do
         | grep -v Warning > "$OUT/group_probe.txt"); cut -c1-160 "$OUT/group_probe.txt" ;;
     fused-backward)
       pop fused_backward --fused-backward "fp32,$MATHS" ;;
+    walls)
+      wf() {  # label, data file: one walk-forward, its process wall and stitched Sharpe
+        local label=$1 data=$2 start end
+        start=$(date +%s.%N)
+        timeout 120 python3 -m workbench.walkforward "$data" --device gpu --out "/tmp/wf_$label" --force \
+          --progress plain > "$OUT/walkforward_$label.log" 2>&1
+        end=$(date +%s.%N)
+        python3 -c "import json, sys; s = json.load(open('/tmp/wf_$label/summary.json'))['stitched_oos']
+print(f'$label: process wall {$end - $start:.2f} s, stitched Sharpe {s.get(\"sharpe\")!r}')" 2>&1 \
+          | tee -a "$OUT/walls.txt" || echo "$label: no result, see walkforward_$label.log" | tee -a "$OUT/walls.txt"
+      }
+      wf sample_fill data/es_sample.parquet  # fills the kernel cache
+      for i in 1 2 3; do wf "sample$i" data/es_sample.parquet; done
+      timeout 60 python3 -m workbench.synthetic --bars 240000 /tmp/syn240k.parquet > /dev/null && wf syn240k /tmp/syn240k.parquet ;;
   esac
 done
