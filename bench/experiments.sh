@@ -66,7 +66,9 @@ for part in $PARTS; do
           --progress plain > "$OUT/walkforward_$label.log" 2>&1
         end=$(date +%s.%N)
         python3 -c "import json, sys; s = json.load(open('/tmp/wf_$label/summary.json'))['stitched_oos']
-print(f'$label: process wall {$end - $start:.2f} s, stitched Sharpe {s.get(\"sharpe\")!r}')" 2>&1 \
+ms = [e['ms'] for e in json.load(open('/tmp/wf_$label/fold_001/epochs.json'))['epochs']]
+phases = ', '.join(f'{k} {sum(m.get(k, 0) for m in ms) / 1e3:.2f}' for k in ('experience', 'training', 'validation'))
+print(f'$label: process wall {$end - $start:.2f} s, stitched Sharpe {s.get(\"sharpe\")!r}; fold 1 epochs, s: {phases}')" 2>&1 \
           | tee -a "$OUT/walls.txt" || echo "$label: no result, see walkforward_$label.log" | tee -a "$OUT/walls.txt"
       }
       wf sample_fill data/es_sample.parquet  # fills the kernel cache
