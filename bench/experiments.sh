@@ -3,7 +3,7 @@
 # own time limit so a call cut short still returns what the parts before it measured. Usage (device tool;
 # carry [".whl"]):
 #   bash bench/experiments.sh [parts]
-#   parts, in the order given (default: all): tests first-layer bytes groups fused-backward walls
+#   parts, in the order given (default: all): tests first-layer bytes groups fused-backward walls narrow
 #     tests         the GPU tests of the first layer's kernels (test_network, test_kernels: narrow, first_layer)
 #     first-layer   population_step P = 32 TF32 sm_share with the first layer's forward and backward as GEMMs,
 #                   as our kernels (NARROW_FIRST_LAYER, NARROW_FIRST_BACKWARD), and the forward alone as ours
@@ -13,15 +13,17 @@
 #     walls         #15's wall targets as a user meets them (the card's own profile, bytecode compiled, warm
 #                   kernel cache after one run that fills it): the sample walk-forward three times, then
 #                   240,000 synthetic bars (35 folds) once; process walls, and each run's stitched Sharpe
+#     narrow        the sample walk-forward with both first-layer kernels on (network.NARROW_FIRST_LAYER and
+#                   NARROW_FIRST_BACKWARD), once to fill the kernel cache, then twice: walls and stitched Sharpe
 # SIZES (default 32) and MATHS (default tf32) from the environment. Writes logs and JSON under $OUT
 # (/tmp/experiments without it).
 set -uo pipefail
-PARTS=${*:-tests first-layer bytes groups fused-backward walls}
+PARTS=${*:-tests first-layer bytes groups fused-backward walls narrow}
 OUT=${OUT:-/tmp/experiments}; mkdir -p "$OUT"
 SIZES=${SIZES:-32}; MATHS=${MATHS:-tf32}
 for part in $PARTS; do
-  case $part in tests|first-layer|bytes|groups|fused-backward|walls) ;;
-    *) echo "unknown part: $part (tests first-layer bytes groups fused-backward walls)" >&2; exit 2 ;;
+  case $part in tests|first-layer|bytes|groups|fused-backward|walls|narrow) ;;
+    *) echo "unknown part: $part (tests first-layer bytes groups fused-backward walls narrow)" >&2; exit 2 ;;
   esac
 done
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
@@ -36,6 +38,24 @@ pop() {  # label, then population_step's extra arguments
   echo "== $label"
   timeout 150 python3 bench/population_step.py --sizes "$SIZES" --maths "$MATHS" --pdl "" --json "$OUT/pop_$label.json" \
     "$@" 2>&1 | grep -v Warning | tail -1
+}
+
+wf() {  # label, data file[, narrow]: one walk-forward (with the first layer's kernels on where "narrow"),
+        # its process wall, stitched Sharpe and fold 1's epoch phases
+  local label=$1 data=$2 start end
+  local run=(-m workbench.walkforward)
+  [ "${3:-}" = narrow ] && run=(-c "import runpy, sys; import workbench.agent.network as n
+n.NARROW_FIRST_LAYER = n.NARROW_FIRST_BACKWARD = True
+sys.argv[0] = 'workbench.walkforward'; runpy.run_module('workbench.walkforward', run_name='__main__')")
+  start=$(date +%s.%N)
+  timeout 120 python3 "${run[@]}" "$data" --device gpu --out "/tmp/wf_$label" --force --progress plain \
+    > "$OUT/walkforward_$label.log" 2>&1
+  end=$(date +%s.%N)
+  python3 -c "import json, sys; s = json.load(open('/tmp/wf_$label/summary.json'))['stitched_oos']
+ms = [e['ms'] for e in json.load(open('/tmp/wf_$label/fold_001/epochs.json'))['epochs']]
+phases = ', '.join(f'{k} {sum(m.get(k, 0) for m in ms) / 1e3:.2f}' for k in ('experience', 'training', 'validation'))
+print(f'$label: process wall {$end - $start:.2f} s, stitched Sharpe {s.get(\"sharpe\")!r}; fold 1 epochs, s: {phases}')" 2>&1 \
+    | tee -a "$OUT/walls.txt" || echo "$label: no result, see walkforward_$label.log" | tee -a "$OUT/walls.txt"
 }
 
 for part in $PARTS; do
@@ -59,20 +79,11 @@ for part in $PARTS; do
     fused-backward)
       pop fused_backward --fused-backward "fp32,$MATHS" ;;
     walls)
-      wf() {  # label, data file: one walk-forward, its process wall and stitched Sharpe
-        local label=$1 data=$2 start end
-        start=$(date +%s.%N)
-        timeout 120 python3 -m workbench.walkforward "$data" --device gpu --out "/tmp/wf_$label" --force \
-          --progress plain > "$OUT/walkforward_$label.log" 2>&1
-        end=$(date +%s.%N)
-        python3 -c "import json, sys; s = json.load(open('/tmp/wf_$label/summary.json'))['stitched_oos']
-ms = [e['ms'] for e in json.load(open('/tmp/wf_$label/fold_001/epochs.json'))['epochs']]
-phases = ', '.join(f'{k} {sum(m.get(k, 0) for m in ms) / 1e3:.2f}' for k in ('experience', 'training', 'validation'))
-print(f'$label: process wall {$end - $start:.2f} s, stitched Sharpe {s.get(\"sharpe\")!r}; fold 1 epochs, s: {phases}')" 2>&1 \
-          | tee -a "$OUT/walls.txt" || echo "$label: no result, see walkforward_$label.log" | tee -a "$OUT/walls.txt"
-      }
       wf sample_fill data/es_sample.parquet  # fills the kernel cache
       for i in 1 2 3; do wf "sample$i" data/es_sample.parquet; done
       timeout 60 python3 -m workbench.synthetic --bars 240000 /tmp/syn240k.parquet > /dev/null && wf syn240k /tmp/syn240k.parquet ;;
+    narrow)
+      wf narrow_fill data/es_sample.parquet narrow
+      for i in 1 2; do wf "narrow$i" data/es_sample.parquet narrow; done ;;
   esac
 done
