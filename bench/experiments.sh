@@ -16,7 +16,8 @@
 #     narrow        the sample walk-forward with both first-layer kernels on (network.NARROW_FIRST_LAYER and
 #                   NARROW_FIRST_BACKWARD), once to fill the kernel cache, then twice: walls and stitched Sharpe
 #     nodes         bench/node_floor.py: how fast a population's loop graph runs near-empty kernel nodes
-# SIZES (default 32) and MATHS (default tf32) from the environment. Writes logs and JSON under $OUT
+# SIZES (default 32), MATHS (default tf32) and QUICK (where set, population_step --quick: sm_share and the
+# loop only, no breakdowns) from the environment. Writes logs and JSON under $OUT
 # (/tmp/experiments without it).
 set -uo pipefail
 PARTS=${*:-tests first-layer bytes groups fused-backward walls narrow nodes}
@@ -38,6 +39,7 @@ pop() {  # label, then population_step's extra arguments
   local label=$1; shift
   echo "== $label"
   timeout 150 python3 bench/population_step.py --sizes "$SIZES" --maths "$MATHS" --pdl "" --json "$OUT/pop_$label.json" \
+    ${QUICK:+--quick} \
     "$@" 2>&1 | grep -v Warning | tail -1
 }
 
@@ -67,8 +69,8 @@ for part in $PARTS; do
     first-layer)
       pop gemms --first-layer gemm --first-backward gemm
       pop kernels --first-layer kernel --first-backward kernel
-      pop forward_kernel --first-layer kernel --first-backward gemm
-      pop gemms_again --first-layer gemm --first-backward gemm ;;
+      pop gemms_again --first-layer gemm --first-backward gemm
+      pop forward_kernel --first-layer kernel --first-backward gemm ;;
     bytes)
       timeout 200 python3 bench/ncu_bytes.py --maths "$MATHS" --json "$OUT/ncu_bytes_update.json" 2>&1 \
         | tail -40 | tee "$OUT/ncu_bytes_update.txt"

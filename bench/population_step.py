@@ -25,7 +25,9 @@ import time
 from train_step import B, ATOMS, CAP, H, _nvtx, _window, ms_per_step, torch_update
 
 
-def population(P: int, steps: int, fused: bool = True, pdl_modes=(), maths=("fp32", "tf32")) -> dict:
+def population(P: int, steps: int, fused: bool = True, pdl_modes=(), maths=("fp32", "tf32"), quick: bool = False) -> dict:
+    """One row of the table; ``quick``: the graph replay, the loop and ``sm_share`` only (no batched, beside or
+    PDL variants, no breakdowns)."""
     from workbench.agent.gemm import GemmMeeting, make_gemm
     from workbench.agent.population import agent_bytes
     from workbench.agent.train_config import TrainConfig
@@ -79,7 +81,7 @@ def population(P: int, steps: int, fused: bool = True, pdl_modes=(), maths=("fp3
         row[math] = {"ms_per_launch": ms, "agent_updates_per_s": P * 1e3 / ms, "ms_per_agent_update": ms / P,
                      "graph_nodes": upd.n_nodes, "capture_s": capture_s,
                      "loop_ms_per_update": loop_ms, "loop_agent_updates_per_s": P * 1e3 / loop_ms}
-        for name in ("batched",) if P > 1 and math != "bf16" else ():  # bf16: nothing batches
+        for name in ("batched",) if P > 1 and math != "bf16" and not quick else ():  # bf16: nothing batches
             # the agents meeting at every GEMM for one batched GEMM each (a population does from 8 agents)
             t2 = time.perf_counter()
             batched = device.capture_loops(loops, meet=GemmMeeting(device, make_gemm(device, "cublas", math), 2))
@@ -96,10 +98,12 @@ def population(P: int, steps: int, fused: bool = True, pdl_modes=(), maths=("fp3
                 sh_ms = ms_per_step(device, shared.launch, steps)
             row[math].update({"sm_share_ms_per_update": sh_ms, "sm_share_agent_updates_per_s": P * 1e3 / sh_ms})
             del shared
-            if P >= 16:
+            if P >= 16 and not quick:
                 row[math]["breakdown_sm_share_ms_per_agent"] = breakdown(device, lanes, trainers, steps)
             for t in trainers:
                 t.gemm.share_gpu(False)
+        if quick:
+            continue
         beside = device.capture_loops([Loop(t.device, t.update_beside, steps, guard=t.state.learner.guard)
                                        for t in trainers])
         s_ms = ms_per_step(device, beside.launch, steps)
@@ -208,6 +212,8 @@ def main() -> int:
     a.add_argument("--sizes", default="1,4,16,32,64")
     a.add_argument("--steps", type=int, default=100)
     a.add_argument("--json")
+    a.add_argument("--quick", action="store_true",
+                   help="the graph replay, the loop and sm_share only (no batched, beside or PDL variants, no breakdowns)")
     a.add_argument("--maths", default="fp32,tf32", help="GEMM maths measured (comma list)")
     a.add_argument("--epilogues", choices=("fused", "kernels"), default="fused",
                    help="the trunk's bias + ReLU fused into cuBLASLt's GEMMs (where an agent's GEMMs run alone) "
@@ -244,10 +250,10 @@ def main() -> int:
         from workbench.agent import device_state
 
         device_state.OBS_ALIGN = args.obs_align
-    modes = [m for m in args.pdl.split(",") if m and m != "off"]
+    modes = [] if args.quick else [m for m in args.pdl.split(",") if m and m != "off"]
     rows = []
     for p in args.sizes.split(","):
-        rows.append(population(int(p), args.steps, args.epilogues == "fused", modes, args.maths.split(",")))
+        rows.append(population(int(p), args.steps, args.epilogues == "fused", modes, args.maths.split(","), args.quick))
         gc.collect()  # the previous population's buffers go before the next is allocated
         print(f"P={p}: {json.dumps(rows[-1])}", flush=True)
     torch_rows: list = []
@@ -266,7 +272,7 @@ def main() -> int:
             cells += [f"{x['ms_per_launch']:16.4f}", f"{x['agent_updates_per_s']:16,.0f}",
                       f"{x['agent_updates_per_s'] * torch_ms / 1e3:16.2f}", f"{x['loop_agent_updates_per_s']:16,.0f}",
                       f"{x.get('batched_agent_updates_per_s', 0):16,.0f}",
-                      f"{x.get('sm_share_agent_updates_per_s', 0):16,.0f}", f"{x['beside_agent_updates_per_s']:16,.0f}"]
+                      f"{x.get('sm_share_agent_updates_per_s', 0):16,.0f}", f"{x.get('beside_agent_updates_per_s', 0):16,.0f}"]
         print(f"{r['P']:3d} {r['bytes_per_agent'] / 2**20:9.0f} {r[maths[0]]['graph_nodes']:6d} {r['setup_s']:8.1f} "
               + " ".join(cells))
     for mode in modes:
