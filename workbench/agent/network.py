@@ -467,11 +467,12 @@ class DeviceNetwork:
 FUSED_BACKWARD_MATH = ("fp32",)
 # The first layer (K = the observation's width, 23 at the reference shape) as our kernel instead of a GEMM
 # (DeviceNetwork.narrow_first): its output is write-bound and a GEMM library's tiles are made for a deep K.
-# Off until measured in the update (bench/population_step.py --first-layer kernel).
+# Off: measured slower in a population (H100, P = 32, TF32: 16,158 agent-updates/s against 16,350 with the
+# GEMMs, 16,134 with its backward's kernel too; BENCHMARKS.md, session 14); an agent alone not yet measured.
 NARROW_FIRST_LAYER = False
 # Its backward as our kernel too (DeviceNetwork.first_backward: W1's and b1's gradients in one pass over d1,
 # replacing d1's ReLU-gradient kernel and W1's gradient GEMM) where the backward does not fuse its epilogues.
-# Off until measured (bench/population_step.py --first-backward kernel).
+# Off: no faster with it in a population (above; bench/population_step.py --first-backward kernel).
 NARROW_FIRST_BACKWARD = False
 
 
