@@ -4,6 +4,7 @@
 # carry [".whl"]):
 #   bash bench/experiments.sh [parts]
 #   parts, in the order given (default: all): tests first-layer bytes groups fused-backward walls narrow nodes
+#                 layouts
 #     tests         the GPU tests of the first layer's kernels (test_network, test_kernels: narrow, first_layer)
 #     first-layer   population_step P = 32 TF32 sm_share with the first layer's forward and backward as GEMMs,
 #                   as our kernels (NARROW_FIRST_LAYER, NARROW_FIRST_BACKWARD), and the forward alone as ours
@@ -16,16 +17,18 @@
 #     narrow        the sample walk-forward with both first-layer kernels on (network.NARROW_FIRST_LAYER and
 #                   NARROW_FIRST_BACKWARD), once to fill the kernel cache, then twice: walls and stitched Sharpe
 #     nodes         bench/node_floor.py: how fast a population's loop graph runs near-empty kernel nodes
+#     layouts       bench/lt_algo_probe.py --layouts: the weight gradient (and the GEMMs that would write its
+#                   operands) with feature-major operands, 32 lanes: which layouts run Hopper's TF32 kernels
 # SIZES (default 32), MATHS (default tf32) and QUICK (where set, population_step --quick: sm_share and the
 # loop only, no breakdowns) from the environment. Writes logs and JSON under $OUT
 # (/tmp/experiments without it).
 set -uo pipefail
-PARTS=${*:-tests first-layer bytes groups fused-backward walls narrow nodes}
+PARTS=${*:-tests first-layer bytes groups fused-backward walls narrow nodes layouts}
 OUT=${OUT:-/tmp/experiments}; mkdir -p "$OUT"
 SIZES=${SIZES:-32}; MATHS=${MATHS:-tf32}
 for part in $PARTS; do
-  case $part in tests|first-layer|bytes|groups|fused-backward|walls|narrow|nodes) ;;
-    *) echo "unknown part: $part (tests first-layer bytes groups fused-backward walls narrow nodes)" >&2; exit 2 ;;
+  case $part in tests|first-layer|bytes|groups|fused-backward|walls|narrow|nodes|layouts) ;;
+    *) echo "unknown part: $part (tests first-layer bytes groups fused-backward walls narrow nodes layouts)" >&2; exit 2 ;;
   esac
 done
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
@@ -85,6 +88,9 @@ for part in $PARTS; do
       wf sample_fill data/es_sample.parquet  # fills the kernel cache
       for i in 1 2 3; do wf "sample$i" data/es_sample.parquet; done
       timeout 60 python3 -m workbench.synthetic --bars 240000 /tmp/syn240k.parquet > /dev/null && wf syn240k /tmp/syn240k.parquet ;;
+    layouts)
+      (cd bench && timeout 240 python3 lt_algo_probe.py --layouts --lanes "$SIZES" --maths "$MATHS" \
+        --json "$OUT/lt_layouts.json" 2>&1 | grep -v Warning | tee "$OUT/lt_layouts.txt") ;;
     nodes)
       (cd bench && timeout 120 python3 node_floor.py --json "$OUT/node_floor.json" 2>&1 | grep -v Warning) ;;
     narrow)

@@ -15,7 +15,7 @@ and ``torch.bmm`` over the 16 agents. Every cuBLASLt result is checked against `
 whether it is bit for bit the output of the heuristic's first choice for every SM (what an agent alone
 runs) is stated, with the algorithm's configuration (tile, stages, split-K).
 Each figure: median of 5 blocks of 20 replays of a graph of 10 GEMMs per lane (``gemm_probe._us``).
-Usage: ``python bench/lt_algo_probe.py [--lanes 16] [--algos 6] [--json OUT]`` (GPU, PyTorch, nvmath-python).
+Usage: ``python bench/lt_algo_probe.py [--lanes 16] [--algos 6] [--layouts] [--json OUT]`` (GPU, PyTorch, nvmath-python).
 """
 from __future__ import annotations
 
@@ -37,6 +37,18 @@ SHAPES = (("online forward 512->512 (s and s')", 2048, 512, 512, 0, 0),
           ("first layer 23->512 (s and s')", 2048, 512, 23, 0, 0),
           ("backward d2 = dhead W3^T", 1024, 512, 512, 0, 1),
           ("weight gradient h^T d", 512, 512, 1024, 1, 0))
+# --layouts: the same products with one or both of the backward's operands stored feature-major (transposed).
+# Hopper's warp-group MMA reads TF32 operands K-major only (CUTLASS's SM90 TF32 atoms are "TN"), and a weight
+# gradient's two operands are batch-major today (K = the batch is their strided dimension), so its TF32 GEMM
+# runs an Ampere kernel (BENCHMARKS.md, session 14): which of these layouts get the fast kernels, and what
+# the GEMMs that would write them (the forward and the d GEMMs, transposed) cost in their turn.
+LAYOUT_SHAPES = (("weight gradient, h feature-major (h^T stored)", 512, 512, 1024, 0, 0),
+                 ("weight gradient, d feature-major (d^T stored)", 512, 512, 1024, 1, 1),
+                 ("weight gradient, both feature-major", 512, 512, 1024, 0, 1),
+                 ("forward writing h^T = W^T x^T (x batch-major)", 512, 1024, 512, 1, 1),
+                 ("forward writing h^T = W^T h_prev^T (h_prev feature-major)", 512, 1024, 512, 1, 0),
+                 ("d GEMM writing d2^T = W3 dhead^T (dhead batch-major)", 512, 1024, 512, 0, 1),
+                 ("d GEMM writing d2^T = W3 dhead^T (dhead feature-major)", 512, 1024, 512, 0, 0))
 
 
 def _graph(calls_for_lane, lanes: list, s0) -> torch.cuda.CUDAGraph:
@@ -121,7 +133,11 @@ def main() -> None:
     ap.add_argument("--algos", type=int, default=6)
     ap.add_argument("--maths", default="tf32,fp32")
     ap.add_argument("--json", default="")
+    ap.add_argument("--layouts", action="store_true",
+                    help="only the backward's products with feature-major operands (LAYOUT_SHAPES) and today's weight "
+                         "gradient beside them")
     args = ap.parse_args()
+    shapes = (SHAPES[-1],) + LAYOUT_SHAPES if args.layouts else SHAPES
     P = args.lanes
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     out = {"device": torch.cuda.get_device_name(), "sms": sms, "lanes": P, "torch": torch.__version__, "rows": []}
@@ -132,7 +148,7 @@ def main() -> None:
         torch.backends.cuda.matmul.allow_tf32 = math == "tf32"
         lt = Lt(math)
         ws = [torch.empty(lt.ws_bytes, dtype=torch.uint8, device="cuda") for _ in range(P)]
-        for name, M, N, K, ta, tb in SHAPES:
+        for name, M, N, K, ta, tb in shapes:
             A = torch.randn(P, *((K, M) if ta else (M, K)), device="cuda")
             Bm = torch.randn(P, *((N, K) if tb else (K, N)), device="cuda")
             C = torch.empty(P, M, N, device="cuda")
