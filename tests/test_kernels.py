@@ -680,7 +680,11 @@ def test_c51_head_loss_matches_the_head_kernel_bit_for_bit(rng):
     assert np.array_equal(q.view(np.uint32), qh[B:].view(np.uint32))
     rd, rloss = c51.c51_loss_ref(lp[:B].astype(np.float64), qh[B:], lpt.astype(np.float64), acts, reward, done,
                                  gamma_n, v_min, v_max, atoms, w, list(BRANCHES), 1.0 / B)
-    np.testing.assert_allclose(loss, rloss, rtol=1e-5)
+    # the kernel projects r + gamma z onto the atoms in float32, the reference in float64: near an atom the
+    # split of a probability between two neighbours moves by ~eps32 * (v_max - v_min) / dz, times the gap
+    # between their log-probabilities (a few nats here): ~1e-5 of a small loss (seed 2987255932: 2.1e-5 at
+    # a loss of 2.11), so an absolute allowance on the batch's scale as for dhead below
+    np.testing.assert_allclose(loss, rloss, rtol=1e-5, atol=5e-5 * np.abs(rloss).max())
     # a gradient entry is a difference of probabilities (p - m), so float32 rounding is relative to the
     # largest entries, not to the entry itself: up to 7.7e-6 of the largest over 60 seeds
     np.testing.assert_allclose(dhead, rd, rtol=1e-4, atol=5e-5 * np.abs(rd).max())
