@@ -170,15 +170,14 @@ def _gemm_pieces(t) -> dict:
         # layer is our kernel enqueues it with each of these pieces (timed alone above)
         narrow = name != "backward" and (nets.online if name == "online forward" else nets.t2).narrow_first()
         for i, g in enumerate(steps()):
-            if not isinstance(g, Gemm):  # the first layer's backward as our kernel (network.NarrowBackward)
-                out[f"    {name} {i + 1}: our kernel, W1's and b1's gradients"] = (
-                    lambda _s, steps=steps, i=i: steps()[i].run())
-                continue
-            M, N = g.C.shape
-            K = g.A.shape[0] if g.trans_a else g.A.shape[1]
-            epi = f", {g.epi.kind}{' fused' if g.epi.fused else ''}" if g.epi is not None else ""
-            epi += " (+ the first layer's kernel)" if narrow else ""
-            out[f"    {name} GEMM {i + 1}: {M}x{N}x{K}{epi}"] = lambda _s, steps=steps, i=i: steps()[i].run()
+            if isinstance(g, Gemm):
+                M, N = g.C.shape
+                K = g.A.shape[0] if g.trans_a else g.A.shape[1]
+                epi = f", {g.epi.kind}{' fused' if g.epi.fused else ''}" if g.epi is not None else ""
+                label = f"GEMM {i + 1}: {M}x{N}x{K}{epi}" + (" (+ the first layer's kernel)" if narrow else "")
+            else:  # the first layer's backward as our kernel (network.NarrowBackward)
+                label = f"{i + 1}: our kernel, W1's and b1's gradients"
+            out[f"    {name} {label}"] = lambda _s, steps=steps, i=i: steps()[i].run()
     return out
 
 
