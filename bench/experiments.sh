@@ -1,21 +1,15 @@
 #!/usr/bin/env bash
-# One device call for the experiments built but not yet measured on a GPU (session 13), each part with its
+# One device call for the probes and walls of sessions 13-15 (#15, #16), each part with its
 # own time limit so a call cut short still returns what the parts before it measured. Usage (device tool;
 # carry [".whl"]):
 #   bash bench/experiments.sh [parts]
-#   parts, in the order given (default: all): tests first-layer bytes groups fused-backward walls narrow nodes
-#                 layouts
-#     tests         the GPU tests of the first layer's kernels (test_network, test_kernels: narrow, first_layer)
-#     first-layer   population_step P = 32 TF32 sm_share with the first layer's forward and backward as GEMMs,
-#                   as our kernels (NARROW_FIRST_LAYER, NARROW_FIRST_BACKWARD), and the forward alone as ours
+#   parts, in the order given (default: all): bytes groups fused-backward walls nodes layouts
 #     bytes         bench/ncu_bytes.py: one agent's update kernel by kernel, and a population of 32 as one graph
 #     groups        bench/group_probe.py TF32: G agents' GEMM as one batched cuBLASLt call
 #     fused-backward population_step P = 32 with TF32's backward fusing its ReLU and bias gradients (cuBLASLt)
 #     walls         #15's wall targets as a user meets them (the card's own profile, bytecode compiled, warm
 #                   kernel cache after one run that fills it): the sample walk-forward three times, then
 #                   240,000 synthetic bars (35 folds) once; process walls, and each run's stitched Sharpe
-#     narrow        the sample walk-forward with both first-layer kernels on (network.NARROW_FIRST_LAYER and
-#                   NARROW_FIRST_BACKWARD), once to fill the kernel cache, then twice: walls and stitched Sharpe
 #     nodes         bench/node_floor.py: how fast a population's loop graph runs near-empty kernel nodes
 #     layouts       bench/lt_algo_probe.py --layouts: the weight gradient (and the GEMMs that would write its
 #                   operands) with feature-major operands, 32 lanes: which layouts run Hopper's TF32 kernels
@@ -23,12 +17,12 @@
 # loop only, no breakdowns) from the environment. Writes logs and JSON under $OUT
 # (/tmp/experiments without it).
 set -uo pipefail
-PARTS=${*:-tests first-layer bytes groups fused-backward walls narrow nodes layouts}
+PARTS=${*:-bytes groups fused-backward walls nodes layouts}
 OUT=${OUT:-/tmp/experiments}; mkdir -p "$OUT"
 SIZES=${SIZES:-32}; MATHS=${MATHS:-tf32}
 for part in $PARTS; do
-  case $part in tests|first-layer|bytes|groups|fused-backward|walls|narrow|nodes|layouts) ;;
-    *) echo "unknown part: $part (tests first-layer bytes groups fused-backward walls narrow nodes layouts)" >&2; exit 2 ;;
+  case $part in bytes|groups|fused-backward|walls|nodes|layouts) ;;
+    *) echo "unknown part: $part (bytes groups fused-backward walls nodes layouts)" >&2; exit 2 ;;
   esac
 done
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
@@ -46,15 +40,10 @@ pop() {  # label, then population_step's extra arguments
     "$@" 2>&1 | grep -v Warning | tail -1
 }
 
-wf() {  # label, data file[, narrow]: one walk-forward (with the first layer's kernels on where "narrow"),
-        # its process wall, stitched Sharpe and fold 1's epoch phases
+wf() {  # label, data file: one walk-forward, its process wall, stitched Sharpe and fold 1's epoch phases
   local label=$1 data=$2 start end
-  local run=(-m workbench.walkforward)
-  [ "${3:-}" = narrow ] && run=(-c "import runpy, sys; import workbench.agent.network as n
-n.NARROW_FIRST_LAYER = n.NARROW_FIRST_BACKWARD = True
-sys.argv[0] = 'workbench.walkforward'; runpy.run_module('workbench.walkforward', run_name='__main__')")
   start=$(date +%s.%N)
-  timeout 120 python3 "${run[@]}" "$data" --device gpu --out "/tmp/wf_$label" --force --progress plain \
+  timeout 120 python3 -m workbench.walkforward "$data" --device gpu --out "/tmp/wf_$label" --force --progress plain \
     > "$OUT/walkforward_$label.log" 2>&1
   end=$(date +%s.%N)
   python3 -c "import json, sys; s = json.load(open('/tmp/wf_$label/summary.json'))['stitched_oos']
@@ -66,14 +55,6 @@ print(f'$label: process wall {$end - $start:.2f} s, stitched Sharpe {s.get(\"sha
 
 for part in $PARTS; do
   case $part in
-    tests)
-      timeout 150 python3 -m pytest -q -p no:cacheprovider tests/test_network.py tests/test_kernels.py \
-        -k "narrow or first_layer or forward_backward or fused" 2>&1 | tail -3 | tee "$OUT/pytest.txt" ;;
-    first-layer)
-      pop gemms --first-layer gemm --first-backward gemm
-      pop kernels --first-layer kernel --first-backward kernel
-      pop gemms_again --first-layer gemm --first-backward gemm
-      pop forward_kernel --first-layer kernel --first-backward gemm ;;
     bytes)
       timeout 200 python3 bench/ncu_bytes.py --maths "$MATHS" --json "$OUT/ncu_bytes_update.json" 2>&1 \
         | tail -40 | tee "$OUT/ncu_bytes_update.txt"
@@ -93,8 +74,5 @@ for part in $PARTS; do
         --json "$OUT/lt_layouts.json" 2>&1 | grep -v Warning | tee "$OUT/lt_layouts.txt") ;;
     nodes)
       (cd bench && timeout 120 python3 node_floor.py --json "$OUT/node_floor.json" 2>&1 | grep -v Warning) ;;
-    narrow)
-      wf narrow_fill data/es_sample.parquet narrow
-      for i in 1 2; do wf "narrow$i" data/es_sample.parquet narrow; done ;;
   esac
 done

@@ -151,7 +151,7 @@ def _pieces(t) -> dict:
 def _gemm_pieces(t) -> dict:
     """Each GEMM of the update alone, with its epilogue and SM target as the update runs it (fused into
     cuBLASLt's GEMM or our kernel after it): which of a pass's GEMMs its time goes to."""
-    from workbench.agent.network import Gemm, views
+    from workbench.agent.network import views
 
     S = t.state
     b, lr, nets, s = S.batch, S.learner, S.nets, S.nets.s
@@ -160,24 +160,12 @@ def _gemm_pieces(t) -> dict:
               "backward": lambda: list(s._backward_gemms(s._gemm_weights(lr.params), views(lr.grads, S.shape), b.obs,
                                                          b.dhead, s.gemm))}
     out = {}
-    for name, net, params, x in (("online forward", nets.online, lr.params, b.obs_pair),
-                                 ("target forward", nets.t2, lr.target, b.obs_next)):
-        if net.narrow_first():  # the first layer as our kernel: enqueued by the pass before its first GEMM
-            out[f"    {name} first layer: our kernel, {net.rows}x{S.shape.hidden}x{S.shape.obs_cols}"] = (
-                lambda _s, net=net, params=params, x=x: net.first_layer(params, x))
     for name, steps in passes.items():
-        # the steps' GEMMs (a bf16 pass converts nothing here: its owners' copies); a forward whose first
-        # layer is our kernel enqueues it with each of these pieces (timed alone above)
-        narrow = name != "backward" and (nets.online if name == "online forward" else nets.t2).narrow_first()
-        for i, g in enumerate(steps()):
-            if isinstance(g, Gemm):
-                M, N = g.C.shape
-                K = g.A.shape[0] if g.trans_a else g.A.shape[1]
-                epi = f", {g.epi.kind}{' fused' if g.epi.fused else ''}" if g.epi is not None else ""
-                label = f"GEMM {i + 1}: {M}x{N}x{K}{epi}" + (" (+ the first layer's kernel)" if narrow else "")
-            else:  # the first layer's backward as our kernel (network.NarrowBackward)
-                label = f"{i + 1}: our kernel, W1's and b1's gradients"
-            out[f"    {name} {label}"] = lambda _s, steps=steps, i=i: steps()[i].run()
+        for i, g in enumerate(steps()):  # the steps' GEMMs (a bf16 pass converts nothing here: its owners' copies)
+            M, N = g.C.shape
+            K = g.A.shape[0] if g.trans_a else g.A.shape[1]
+            epi = f", {g.epi.kind}{' fused' if g.epi.fused else ''}" if g.epi is not None else ""
+            out[f"    {name} GEMM {i + 1}: {M}x{N}x{K}{epi}"] = lambda _s, steps=steps, i=i: steps()[i].run()
     return out
 
 
@@ -219,13 +207,6 @@ def main() -> int:
                         "or our kernels after every GEMM")
     a.add_argument("--pdl", default="programmatic,order",
                    help="programmatic-edge modes (workbench.graph_edges) measured beside the plain loops")
-    a.add_argument("--first-layer", choices=("kernel", "gemm"),
-                   help="the first layer as our kernel (dense.narrow_layer_kernel) or a GEMM "
-                        "(network.NARROW_FIRST_LAYER: its default by default)")
-    a.add_argument("--first-backward", choices=("kernel", "gemm"),
-                   help="the first layer's backward (W1's and b1's gradients) as our kernel "
-                        "(dense.narrow_backward_kernel) or a ReLU-gradient kernel and a GEMM "
-                        "(network.NARROW_FIRST_BACKWARD: its default by default)")
     a.add_argument("--obs-align", type=int, metavar="N",
                    help="the observations' columns (so W1's rows) padded to a multiple of N floats "
                         "(an experiment: device_state.OBS_ALIGN, 1 by default)")
@@ -237,14 +218,6 @@ def main() -> int:
         from workbench.agent import network
 
         network.FUSED_BACKWARD_MATH = tuple(m for m in args.fused_backward.split(",") if m)
-    if args.first_layer is not None:
-        from workbench.agent import network
-
-        network.NARROW_FIRST_LAYER = args.first_layer == "kernel"
-    if args.first_backward is not None:
-        from workbench.agent import network
-
-        network.NARROW_FIRST_BACKWARD = args.first_backward == "kernel"
     if args.obs_align is not None:
         from workbench.agent import device_state
 

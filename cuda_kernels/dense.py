@@ -7,19 +7,14 @@ Kernel-side only (NumPy/Numba). Matrices are float32, row-major, C-contiguous.
 64x16 slices of A and B through shared memory. ``gemm_bf16_kernel`` is the same GEMM on bfloat16
 operands (``uint16`` bits, :mod:`cuda_kernels.bf16`), each widened to float32 as it is staged, float32
 accumulation and output: the simulator's stand-in for cuBLAS's bf16 GEMMs.
-``narrow_layer_kernel(k)`` and ``narrow_backward_kernel(k)``, built once per input width ``k`` <= 32: the
-first layer's forward (bias and ReLU included) and its backward (W's and the bias's gradients in one pass
-over the incoming gradient) without a GEMM library, whose tiles are made for a deep inner dimension.
 """
 from __future__ import annotations
-
-import functools
 
 import numpy as np
 
 from .bf16 import from_bf16, to_bf16
 from .nb import cuda, device_function, kernel, float32, int32, int64, last_to_arrive, uint16, void
-from .nb import Kernel, U, grid_wait
+from .nb import U, grid_wait
 
 BM, BN, BK, TM, TN = 64, 64, 16, 4, 4
 THREADS = (16, 16)
@@ -139,193 +134,6 @@ def bias_act_bf16_kernel(Y, bias, out, M, N, act):
         out[i, j] = to_bf16(y)
 
 
-NARROW_MAX_K = 32  # the most inputs narrow_layer_kernel takes (its weights' column is held in registers)
-NARROW_THREADS = 128  # columns a block of narrow_layer_kernel (on the GPU)
-NARROW_ROWS = 16  # rows a block
-
-
-def narrow_layer_kernel(k: int) -> Kernel:
-    """``out = act(x @ W + bias)`` for a layer of ``k`` (1..32) inputs, built once per ``k`` (a compile-time
-    constant: the weights' column in registers, the sum unrolled): the first layer, whose GEMM has too
-    little inner dimension for a GEMM library's tiles (K = 23: a write-bound 2048 x 512 output that
-    cuBLASLt's TF32 kernels wrote at ~1.2 TB/s in a saturated population). float32 products summed in
-    order of k, then the bias, then the activation, as a GEMM with a bias epilogue does. Launch with
-    ``narrow_layer_launch(M, N, simulator)`` and (x [M, k], W [k, N], bias [N], out [M, N], M, N, act)."""
-    if not 1 <= k <= NARROW_MAX_K:
-        raise ValueError(f"narrow_layer_kernel takes 1..{NARROW_MAX_K} inputs, not {k}")
-    return _narrow_layer_kernel(int(k))
-
-
-@device_function
-def _narrow_row(xs, w, b, out, r, r0, j, act, K):
-    """One output of narrow_layer_kernel: row r of the block's rows, column j."""
-    acc = float32(0.0)
-    for k in range(K):
-        acc += xs[r, k] * w[k]
-    y = acc + b
-    if act == ACT_RELU and y < 0:
-        y = float32(0.0)
-    out[U(r0 + r), U(j)] = y
-
-
-@functools.cache
-def _narrow_layer_kernel(K: int) -> Kernel:
-    R = NARROW_ROWS
-
-    def narrow_layer(x, W, bias, out, M, N, act):
-        grid_wait()
-        xs = cuda.shared.array((R, K), float32)  # the block's rows of x, read by every thread
-        t = cuda.threadIdx.x
-        r0 = cuda.blockIdx.y * R
-        for e in range(t, R * K, cuda.blockDim.x):
-            r = e // K
-            xs[r, e - r * K] = x[U(r0 + r), U(e - r * K)] if r0 + r < M else float32(0.0)
-        cuda.syncthreads()
-        j = cuda.blockIdx.x * cuda.blockDim.x + t
-        if j >= N:
-            return
-        w = cuda.local.array(K, float32)
-        for k in range(K):
-            w[k] = W[k, U(j)]
-        b = bias[U(j)]
-        if r0 + R <= M:  # a full block: the rows' loop unrolled too
-            for r in range(R):
-                _narrow_row(xs, w, b, out, r, r0, j, act, K)
-        else:
-            for r in range(M - r0):
-                _narrow_row(xs, w, b, out, r, r0, j, act, K)
-
-    narrow_layer.__name__ = narrow_layer.__qualname__ = f"narrow_layer_k{K}"
-    return kernel(void(float32[:, ::1], float32[:, ::1], float32[::1], float32[:, ::1], int64, int64, int32))(
-        narrow_layer)
-
-
-def narrow_layer_launch(M: int, N: int, simulator: bool) -> tuple[tuple[int, int], int]:
-    """(grid, threads) of ``narrow_layer_kernel``: a thread a column, a block NARROW_ROWS rows."""
-    tpb = 32 if simulator else NARROW_THREADS
-    return ((N + tpb - 1) // tpb, (M + NARROW_ROWS - 1) // NARROW_ROWS), tpb
-
-
-def narrow_backward_kernel(k: int) -> Kernel:
-    """The first layer's backward in one pass, for a layer of ``k`` (1..32) inputs, built once per ``k``:
-    with ``g = d * (h > 0)`` (``d`` the gradient at the layer's ReLU output, ``h`` that output),
-    ``dW[q, j] = sum_i x[i, q] g[i, j]`` and ``dbias[j] = sum_i g[i, j]``; ``d`` is only read (nothing
-    downstream reads the gated gradient of the first layer), so the pass replaces the ReLU-gradient
-    kernel's write-back of ``d`` and the weight-gradient GEMM's second read of it. The sums as
-    ``bias_act_backward_kernel`` makes its one: each thread a column's rows of its slice in order, a tree
-    over the block's row groups in shared memory, the slices added in order by the last block of each
-    column tile (deterministic). Launch with ``bias_backward_launch(N, simulator)`` (blocks of at most
-    NARROW_BWD_THREADS threads) and (d [M, N], h [M, N], x [M, k], dW [k, N], dbias [N], M, N, partial,
-    arrivals); ``partial``: float32 [slices, k + 1, >= N] (``narrow_backward_scratch_shape``),
-    ``arrivals``: int32 [>= column tiles], zeros."""
-    if not 1 <= k <= NARROW_MAX_K:
-        raise ValueError(f"narrow_backward_kernel takes 1..{NARROW_MAX_K} inputs, not {k}")
-    return _narrow_backward_kernel(int(k))
-
-
-@device_function
-def _row_slice(M, sl, slices):
-    """Rows [r0, r1) of slice ``sl`` of ``slices`` equal slices of M rows: the row-sliced gradient kernels'
-    (bias_act_backward_kernel's, narrow_backward_kernel's) split, one block row a slice."""
-    chunk = (M + slices - 1) // slices
-    r0 = sl * chunk
-    return r0, min(M, r0 + chunk)
-
-
-@device_function
-def _narrow_grad_row(acc, x, i, g, K):
-    """One row's share of narrow_backward_kernel's sums: acc[q] += x[i, q] g for the K inputs, then the
-    bias's acc[K] += g."""
-    for q in range(K):
-        acc[q] += x[i, q] * g
-    acc[K] += g
-
-
-NARROW_BWD_THREADS = 256  # the most threads a block of narrow_backward_kernel (its shared sums: k + 1 a thread)
-
-
-@functools.cache
-def _narrow_backward_kernel(K: int) -> Kernel:
-    S = K + 1  # sums a column: the K weights', then the bias's
-
-    def narrow_backward(d, h, x, dW, dbias, M, N, partial, arrivals):
-        grid_wait()
-        s = cuda.shared.array((S, NARROW_BWD_THREADS), float32)
-        last = cuda.shared.array(1, int32)
-        tx = cuda.threadIdx.x
-        ty = cuda.threadIdx.y
-        bx = cuda.blockDim.x
-        by = cuda.blockDim.y
-        tile = cuda.blockIdx.x
-        sl = cuda.blockIdx.y
-        slices = cuda.gridDim.y
-        r0, r1 = _row_slice(M, sl, slices)
-        j = tile * bx + tx
-        acc = cuda.local.array(S, float32)
-        for q in range(S):
-            acc[q] = float32(0.0)
-        if j < N:
-            c = U(j)
-            i = r0 + ty
-            while i + 3 * by < r1:  # four rows' loads issued before their sums (added in row order, as below)
-                i0, i1, i2, i3 = U(i), U(i + by), U(i + 2 * by), U(i + 3 * by)
-                g0, g1, g2, g3 = d[i0, c], d[i1, c], d[i2, c], d[i3, c]
-                if h[i0, c] <= 0:
-                    g0 = float32(0.0)
-                if h[i1, c] <= 0:
-                    g1 = float32(0.0)
-                if h[i2, c] <= 0:
-                    g2 = float32(0.0)
-                if h[i3, c] <= 0:
-                    g3 = float32(0.0)
-                _narrow_grad_row(acc, x, i0, g0, K)
-                _narrow_grad_row(acc, x, i1, g1, K)
-                _narrow_grad_row(acc, x, i2, g2, K)
-                _narrow_grad_row(acc, x, i3, g3, K)
-                i += 4 * by
-            while i < r1:
-                g = d[U(i), c]
-                if h[U(i), c] <= 0:
-                    g = float32(0.0)
-                _narrow_grad_row(acc, x, U(i), g, K)
-                i += by
-        t = ty * bx + tx
-        for q in range(S):
-            s[q, t] = acc[q]
-        cuda.syncthreads()
-        half = by // 2
-        while half > 0:
-            if ty < half:
-                for q in range(S):
-                    s[q, t] += s[q, t + half * bx]
-            cuda.syncthreads()
-            half //= 2
-        if ty == 0 and j < N:
-            for q in range(S):
-                partial[sl, q, j] = s[q, tx]
-        if last_to_arrive(arrivals, tile, slices, last):
-            if ty == 0 and j < N:
-                for q in range(S):
-                    total = float32(0.0)
-                    for r in range(slices):
-                        total += partial[r, q, j]
-                    if q < K:
-                        dW[q, j] = total
-                    else:
-                        dbias[j] = total
-
-    narrow_backward.__name__ = narrow_backward.__qualname__ = f"narrow_backward_k{K}"
-    return kernel(void(float32[:, ::1], float32[:, ::1], float32[:, ::1], float32[:, ::1], float32[::1], int64,
-                       int64, float32[:, :, ::1], int32[::1]))(narrow_backward)
-
-
-def narrow_backward_scratch_shape(k: int, N: int, simulator: bool) -> tuple[int, int, int]:
-    """The shape of ``narrow_backward_kernel``'s ``partial`` for ``k`` inputs and N columns (its
-    ``arrivals``: ``bias_backward_scratch_shapes``'s count)."""
-    (_, slices), _ = bias_backward_launch(N, simulator)
-    return (slices, k + 1, N)
-
-
 def bias_act_launch(M: int, N: int, simulator: bool) -> tuple[tuple[int, int], int]:
     tpb = 32 if simulator else 256
     rows = min(M, 2 if simulator else 4096)
@@ -363,7 +171,9 @@ def _make_bias_backward(load, name: str):
         tile = cuda.blockIdx.x
         sl = cuda.blockIdx.y
         slices = cuda.gridDim.y
-        r0, r1 = _row_slice(M, sl, slices)
+        chunk = (M + slices - 1) // slices
+        r0 = sl * chunk
+        r1 = min(M, r0 + chunk)
         j = tile * bx + tx
         acc = float32(0.0)
         if j < N:

@@ -28,14 +28,10 @@ def main() -> int:
 
     failures = 0
     from cuda_kernels.c51 import head_kernel, head_loss_kernel
-    from cuda_kernels.dense import narrow_backward_kernel, narrow_layer_kernel
 
     for atoms, sizes in ((51, (3, 3, 3)), (11, (2, 4, 3)), (128, (4, 4, 4, 4))):  # built per shape: the
         head_kernel(atoms, sizes)  # reference shape, unequal branches, the most atoms and branches
         head_loss_kernel(atoms, sizes)
-    for k in (23, 1, 32):  # the first layer's kernel, built per width: the reference's, the extremes
-        narrow_layer_kernel(k)
-        narrow_backward_kernel(k)
     kernels = all_kernels()
     for k in kernels:
         t0 = time.perf_counter()

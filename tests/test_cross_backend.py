@@ -24,15 +24,10 @@ from workbench.gpu_profile import GpuProfile
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("narrow", [False, True], ids=["first-layer-gemms", "first-layer-kernels"])
 @pytest.mark.parametrize("beside", [False, True], ids=["one-stream", "side-stream"])
-def test_update_steps_agree(bars, fold_gemm, beside, narrow, monkeypatch):
+def test_update_steps_agree(bars, fold_gemm, beside):
     """One update at a time against the CPU backend, on one stream and with the update's independent
-    work on a side stream (``DeviceTrainer.update_beside``: the same kernels and GEMMs, reordered); the
-    first layer's forward and backward as GEMMs and as our kernels (``network.NARROW_FIRST_LAYER``,
-    ``NARROW_FIRST_BACKWARD``)."""
-    monkeypatch.setattr("workbench.agent.network.NARROW_FIRST_LAYER", narrow)
-    monkeypatch.setattr("workbench.agent.network.NARROW_FIRST_BACKWARD", narrow)
+    work on a side stream (``DeviceTrainer.update_beside``: the same kernels and GEMMs, reordered)."""
     feats = build_features(bars)
     fold = dict(train_start=200, train_stop=700, val_start=720, val_stop=740, test_start=760, test_stop=780)
     w = make_window(bars, feats, fold)

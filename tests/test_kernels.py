@@ -482,60 +482,6 @@ def test_bias_relu_to_bf16_and_backward_from_bf16(rng):
         assert np.array_equal(a, c)
 
 
-@pytest.mark.parametrize("M,N,K", [(45, 70, 23), (16, 32, 1), (3, 5, 32), (33, 40, 7)])
-def test_narrow_layer(rng, M, N, K):
-    """The first layer's kernel (a thread a column, its weights' column in registers): act(x @ W + b)
-    against the float64 reference, ReLU and identity, row counts that leave a block partly filled."""
-    x = rng.normal(size=(M, K)).astype(np.float32)
-    W = rng.normal(size=(K, N)).astype(np.float32)
-    b = rng.normal(size=N).astype(np.float32)
-    grid, tpb = dense.narrow_layer_launch(M, N, SIMULATOR)
-    kern = dense.narrow_layer_kernel(K)
-    assert kern is dense.narrow_layer_kernel(K)  # built once per width
-    for act in (dense.ACT_RELU, dense.ACT_IDENTITY):
-        out = poisoned((M, N))
-        kern[grid, tpb](dev(x), dev(W), dev(b), out, M, N, act)
-        want = dense.bias_act_ref(x.astype(np.float64) @ W.astype(np.float64), b, act)
-        np.testing.assert_allclose(out.copy_to_host(), want, rtol=1e-5, atol=1e-5 * np.sqrt(K))
-
-
-@pytest.mark.parametrize("M,N,K,launch", [(45, 21, 23, None), (64, 40, 1, None), (9, 8, 32, None),
-                                          (45, 21, 7, ((4, 16), 2)), (45, 21, 7, ((8, 2), 5))])
-def test_narrow_backward(rng, M, N, K, launch):
-    """The first layer's backward in one pass: dW = x^T (d * (h > 0)) and the bias gradient against the
-    float64 reference; d only read; the arrival counts left at zero, so a second launch (a replay) gives
-    the same sums bit for bit; other launch shapes (block, slices) too."""
-    x = rng.normal(size=(M, K)).astype(np.float32)
-    d0 = rng.normal(size=(M, N)).astype(np.float32)
-    h = np.maximum(rng.normal(size=(M, N)), 0).astype(np.float32)  # about half the gates shut
-    grid, block = dense.bias_backward_launch(N, SIMULATOR)
-    if launch is not None:
-        block, slices = launch
-        grid = ((N + block[0] - 1) // block[0], slices)
-    g = d0.astype(np.float64) * (h > 0)
-    want_w, want_b = x.astype(np.float64).T @ g, g.sum(axis=0)
-    kern = dense.narrow_backward_kernel(K)
-    arrivals = dev(np.zeros(grid[0], np.int32))
-    partial = poisoned((grid[1], K + 1, N))
-    outs = []
-    for _ in range(2):
-        d, dW, db = dev(d0), poisoned((K, N)), poisoned(N)
-        kern[grid, block](d, dev(h), dev(x), dW, db, M, N, partial, arrivals)
-        np.testing.assert_allclose(dW.copy_to_host(), want_w, rtol=1e-4, atol=1e-4)
-        np.testing.assert_allclose(db.copy_to_host(), want_b, rtol=1e-4, atol=1e-4)
-        assert np.array_equal(d.copy_to_host(), d0)  # only read
-        assert not arrivals.copy_to_host().any()
-        outs.append((dW.copy_to_host(), db.copy_to_host()))
-    assert all(np.array_equal(a, b) for a, b in zip(*outs))
-
-
-def test_narrow_layer_refuses_a_wide_layer():
-    with pytest.raises(ValueError, match="1..32 inputs"):
-        dense.narrow_layer_kernel(33)
-    with pytest.raises(ValueError, match="1..32 inputs"):
-        dense.narrow_backward_kernel(0)
-
-
 @pytest.mark.parametrize("bwd_launch", [None, ((4, 16), 2), ((8, 2), 5)])  # the launch's own; other shapes
 def test_bias_relu_and_backward(rng, bwd_launch):
     """Bias + ReLU, and its backward: the ReLU's gradient in place and the bias gradient, summed over row

@@ -8,21 +8,16 @@ from numba import cuda
 from workbench.agent.device_state import LAYOUT_ALIGN, OBS_ALIGN
 from workbench.agent.gemm import make_gemm
 from cuda_kernels import bf16
-from workbench.agent.network import (DeviceNetwork, NarrowBackward, NetShape, backward_ref, device_obs, forward_ref,
-                                    init_params, relayout, views)
+from workbench.agent.network import (DeviceNetwork, NetShape, backward_ref, device_obs, forward_ref, init_params, relayout,
+                                    views)
 from workbench.device import Device
 
 
-@pytest.mark.parametrize("narrow", [True, False], ids=["first-layer-kernel", "first-layer-gemm"])
 @pytest.mark.parametrize("align", [1, 4])
-def test_forward_backward_match_reference(rng, align, narrow, monkeypatch):
+def test_forward_backward_match_reference(rng, align):
     """The device network in the device layout (W3's rows padded to ``align`` columns: 50 -> 52 here, the
     observations' rows and so W1's rows 10 -> 12) against the NumPy reference in the host layout; the
-    padding's gradients are exactly zero. The first layer as our kernel (``NARROW_FIRST_LAYER``) and as
-    a GEMM, and its backward as our kernel (``NARROW_FIRST_BACKWARD``) and as the ReLU-gradient kernel and a
-    GEMM."""
-    monkeypatch.setattr("workbench.agent.network.NARROW_FIRST_LAYER", narrow)
-    monkeypatch.setattr("workbench.agent.network.NARROW_FIRST_BACKWARD", narrow)
+    padding's gradients are exactly zero."""
     shape = NetShape(obs_dim=10, hidden=16, atoms=5, align=align, obs_align=align)
     host = shape.host
     rows = 6
@@ -32,7 +27,6 @@ def test_forward_backward_match_reference(rng, align, narrow, monkeypatch):
     support = np.linspace(-1, 1, shape.atoms).astype(np.float32)
     device = Device()
     net = DeviceNetwork(device, make_gemm(device), shape, rows, cuda.to_device(support))
-    assert (net.first_kernel is not None, net.first_backward is not None) == (narrow, narrow)
     p_dev, x_dev = cuda.to_device(relayout(params, host, shape)), cuda.to_device(device_obs(x, shape))
     net.forward(p_dev, x_dev)
     ref = forward_ref(params, x.astype(np.float64), host, support)
@@ -247,12 +241,6 @@ def _reference_case(rng, obs_dim, hidden, atoms, rows):
     return seed, shape, device, consts, cuda.to_device(params), x, dhead
 
 
-def _last_backward_step(net, p_dev, x) -> bool:
-    """Whether ``net``'s backward ends with our first-layer kernel (nothing enqueued: its steps built only)."""
-    v = views(p_dev, net.shape)
-    return isinstance(net._backward_gemms(v, v, x, x, net.gemm)[-1], NarrowBackward)
-
-
 def _forward_backward(net, device, shape, rows, p_dev, x, dhead, activations_of=None) -> dict:
     """The stacked forward, then the backward through its first ``rows`` (what the update runs), outputs
     poisoned first: h1, h2, q (this forward's) and the gradients on the host. With ``activations_of`` (a
@@ -300,41 +288,6 @@ def test_fused_epilogues_match_our_kernels(rng, obs_dim, hidden, atoms, rows, ma
         scale = float(np.abs(g_f[k]).max()) or 1.0
         assert np.isfinite(g_t[k]).all(), f"{k} not written, seed {seed}"
         assert float(np.abs(g_t[k] - g_f[k]).max()) <= 1e-5 * scale * (10 if math == "tf32" else 1), (k, seed)
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("math", ["fp32", "tf32"])
-def test_the_first_layer_kernels_match_the_gemms(rng, math, monkeypatch):
-    """The first layer's forward and backward as our kernels (float32 products; ``NARROW_FIRST_LAYER``,
-    ``NARROW_FIRST_BACKWARD``) against cuBLAS's GEMMs with the fused bias + ReLU and our ReLU-gradient
-    kernel, at the reference shape (a stacked forward of 2 x 1,024 rows, 23 inputs, the backward through
-    its first rows): h1, and W1's and b1's gradients (the kernels' backward reading the GEMMs' activations,
-    so no ReLU gate differs), the same up to the order of sums and TF32's rounding of the GEMMs' operands.
-    Where fp32's backward fuses its ReLU gradient into cuBLASLt (FUSED_BACKWARD_MATH, reading the forward's
-    ReLU masks) the first layer stays GEMMs both ways, which is checked too."""
-    pytest.importorskip("nvmath", reason="fused epilogues need nvmath-python")
-    rows = 1024
-    seed, shape, device, consts, p_dev, x, dhead = _reference_case(rng, 23, 512, 51, rows)
-    gemm = make_gemm(device, "cublas", math)
-    out, nets = {}, {}
-    for narrow in (False, True):
-        monkeypatch.setattr("workbench.agent.network.NARROW_FIRST_LAYER", narrow)
-        monkeypatch.setattr("workbench.agent.network.NARROW_FIRST_BACKWARD", narrow)
-        nets[narrow] = net = DeviceNetwork(device, gemm, shape, 2 * rows, *consts, fused=True)
-        assert net.narrow_first() == narrow and _last_backward_step(net, p_dev, x) == narrow
-        out[narrow] = _forward_backward(net, device, shape, rows, p_dev, x, dhead, nets.get(False) if narrow else None)
-        if math == "fp32" and narrow:  # a network that fuses fp32's backward: its first layer stays GEMMs
-            fused = DeviceNetwork(device, gemm, shape, 2 * rows, *consts, fused=True, masks=True)
-            assert fused.fuses_backward and not fused.narrow_first()
-            assert not _last_backward_step(fused, p_dev, x)
-    scale = float(np.abs(out[False]["h1"]).max())
-    tol = 2.0 ** -8 if math == "tf32" else 1e-5
-    assert float(np.abs(out[True]["h1"] - out[False]["h1"]).max()) <= tol * scale, seed
-    g_k, g_g = views(out[True]["grads"], shape), views(out[False]["grads"], shape)
-    for k in g_k:
-        scale = float(np.abs(g_g[k]).max()) or 1.0
-        assert np.isfinite(g_k[k]).all(), f"{k} not written, seed {seed}"
-        assert float(np.abs(g_k[k] - g_g[k]).max()) <= (1e-4 if math == "fp32" else 2.0 ** -8) * scale, (k, seed)
 
 
 @pytest.mark.gpu

@@ -224,11 +224,6 @@ class DeviceNetwork:
         self.head_kernel = c51.head_kernel(shape.atoms, shape.branch_sizes) if head else None
         if self.head_kernel is not None and not SIMULATOR:
             self.head_kernel.load()
-        # the first layer's kernel where this network runs it (narrow_first), loaded now for the same reason
-        self.first_kernel = (dense.narrow_layer_kernel(shape.obs_cols)
-                             if NARROW_FIRST_LAYER and not self.bf16 and shape.obs_cols <= dense.NARROW_MAX_K else None)
-        if self.first_kernel is not None and not SIMULATOR:
-            self.first_kernel.load()
         # fused epilogues (cuBLASLt) where asked for and the GEMM backend has them; then the trunk's ReLU
         # masks, one bit per (row, column), for the backward's fused ReLU gradient (masks: only a network
         # that backpropagates needs them)
@@ -249,21 +244,11 @@ class DeviceNetwork:
         # the bias-gradient kernel's scratch (its row slices' sums, and its per-tile arrival counts, which
         # every launch leaves at zero): one for this network's backward launches, which run in turn
         part_shape, tiles = dense.bias_backward_scratch_shapes(max(H, W), device.simulator)
-        scratch = lambda partial=part_shape: (cuda.device_array(partial, np.float32, stream=s),  # noqa: E731
-                                              cuda.to_device(np.zeros(tiles, np.int32), stream=s))
+        scratch = lambda: (cuda.device_array(part_shape, np.float32, stream=s),  # noqa: E731
+                           cuda.to_device(np.zeros(tiles, np.int32), stream=s))
         self.bwd_scratch = scratch() if backward else ()
         # the head's bias gradient's (_head_bias_grad), which may run beside the others
         self.head_scratch = scratch() if backward else ()
-        # the first layer's backward as our kernel where this network runs it (narrow_backward), loaded now,
-        # with its scratch: each column's partial sums (W1's and b1's) by row slice, and arrival counts
-        self.first_backward = (dense.narrow_backward_kernel(shape.obs_cols)
-                               if NARROW_FIRST_BACKWARD and backward and not self.bf16
-                               and shape.obs_cols <= dense.NARROW_MAX_K else None)
-        self.first_scratch = ()
-        if self.first_backward is not None:
-            if not SIMULATOR:
-                self.first_backward.load()
-            self.first_scratch = scratch(dense.narrow_backward_scratch_shape(shape.obs_cols, H, device.simulator))
         self.view_of = None
 
     @property
@@ -274,7 +259,7 @@ class DeviceNetwork:
         return sum(int(a.size) * int(a.dtype.itemsize) for a in (self.h1, self.h2, self.head, self.logp, self.no_logp,
                                                                   self.q, self.d2, self.d1, self.mask1, self.mask2,
                                                                   *self.bwd_scratch, *self.head_scratch,
-                                                                  *self.first_scratch, *self._bf16_buffers)
+                                                                  *self._bf16_buffers)
                    if a is not None)
 
     @property
@@ -332,10 +317,7 @@ class DeviceNetwork:
         if self.bf16:
             yield from self._forward_bf16_trunk(params_flat, x, p, w)
         else:
-            if self.narrow_first():
-                self.first_layer(params_flat, x)
-            else:
-                yield Gemm(x, w["W1"], self.h1, 0, 0, self.gemm, Epilogue(RELU_BIAS, p["b1"], self.h1, m1, f, d))
+            yield Gemm(x, w["W1"], self.h1, 0, 0, self.gemm, Epilogue(RELU_BIAS, p["b1"], self.h1, m1, f, d))
             yield Gemm(self.h1, w["W2"], self.h2, 0, 0, self.gemm, Epilogue(RELU_BIAS, p["b2"], self.h2, m2, f, d))
         yield Gemm(self.h2, w["W3"], self.head, 0, 0, self.gemm, Epilogue(BIAS, p["b3"], self.head, None, f, d))
         if not head:
@@ -347,20 +329,6 @@ class DeviceNetwork:
         keep = self.logp is not None
         self.head_kernel[grid, block, st](self.head, self.rows, self.support, self.logp if keep else self.no_logp,
                                           int(keep), self.q)
-
-    def narrow_first(self) -> bool:
-        """Whether this forward's first layer runs as our kernel (:func:`cuda_kernels.dense.narrow_layer_kernel`)
-        rather than a GEMM: where the network was built with it (:data:`NARROW_FIRST_LAYER` on, float32
-        observations at most ``dense.NARROW_MAX_K`` wide: :attr:`first_kernel`) and its forward writes no
-        ReLU mask for a fused backward (:attr:`fuses_backward`, read as the pass is enqueued)."""
-        return self.first_kernel is not None and not self.fuses_backward
-
-    def first_layer(self, params_flat, x) -> None:
-        """h1 = relu(x @ W1 + b1) as our kernel (:attr:`first_kernel`), on the network's stream: a forward's
-        first step where :meth:`narrow_first` says so."""
-        p, H = views(params_flat, self.shape), self.shape.hidden
-        grid, tpb = dense.narrow_layer_launch(self.rows, H, self.device.simulator)
-        self.first_kernel[grid, tpb, self.device.stream](x, p["W1"], p["b1"], self.h1, self.rows, H, dense.ACT_RELU)
 
     def _gemm_weights(self, params_flat) -> dict:
         """The weights as the GEMMs read them: a bf16 network's bfloat16 copy (its forward converts it),
@@ -400,11 +368,7 @@ class DeviceNetwork:
         g = views(grads_flat, self.shape)
         dh = self._dhead_operand(dhead)
         self._head_bias_grad(g, dhead, self.device.stream)
-        for step in self._backward_gemms(self._gemm_weights(params_flat), g, x, dh, self.gemm):
-            if isinstance(step, Gemm):
-                yield step
-            else:  # our kernel (NarrowBackward), enqueued here once the GEMM before it has run
-                step.run()
+        yield from self._backward_gemms(self._gemm_weights(params_flat), g, x, dh, self.gemm)
 
     def backward_beside(self, params_flat, grads_flat, x, dhead, side: "DeviceNetwork", fork, d2_ready,
                         join) -> None:
@@ -439,25 +403,19 @@ class DeviceNetwork:
 
     def _backward_gemms(self, w, g, x, dh, weights_by) -> tuple["Gemm", ...]:
         """The backward's five GEMMs in order: W3's gradient, d2 (with the ReLU gradient and b2's gradient),
-        W2's gradient, d1 (with b1's), W1's gradient; where this network runs the first layer's backward as
-        our kernel (:attr:`first_backward`, a backward that does not fuse its epilogues), d1 without an
-        epilogue and then that kernel (:class:`NarrowBackward`) in place of the last two's ReLU gradient,
-        b1's gradient and W1's. ``w``: the weights as the GEMMs read them
+        W2's gradient, d1 (with b1's), W1's gradient. ``w``: the weights as the GEMMs read them
         (:meth:`_gemm_weights`), ``dh``: dhead as they read it (:meth:`_dhead_operand`); a bf16 network's
         read its observations' and d2's and d1's bfloat16 copies. ``weights_by``: the GEMM backend of W3's
         and W2's gradients (this network's own, or a side stream's: :meth:`backward_beside`)."""
         fb, d = self.fuses_backward, self.device
         d2, d1, x = (self.d2_16, self.d1_16, self.x16) if self.bf16 else (self.d2, self.d1, x)
-        head = (Gemm(self.h2, dh, g["W3"], 1, 0, weights_by),
+        return (Gemm(self.h2, dh, g["W3"], 1, 0, weights_by),
                 Gemm(dh, w["W3"], self.d2, 0, 1, self.gemm,
                      Epilogue(DRELU_BGRAD, g["b2"], self.h2, self.mask2, fb, d, self.bwd_scratch, self.d2_16)),
-                Gemm(self.h1, d2, g["W2"], 1, 0, weights_by))
-        if self.first_backward is not None and not fb:  # d1's GEMM alone, then W1's and b1's gradients in one pass
-            return head + (Gemm(d2, w["W2"], self.d1, 0, 1, self.gemm),
-                           NarrowBackward(self, self.d1, self.h1, x, g["W1"], g["b1"]))
-        return head + (Gemm(d2, w["W2"], self.d1, 0, 1, self.gemm,
-                            Epilogue(DRELU_BGRAD, g["b1"], self.h1, self.mask1, fb, d, self.bwd_scratch, self.d1_16)),
-                       Gemm(x, d1, g["W1"], 1, 0, self.gemm))
+                Gemm(self.h1, d2, g["W2"], 1, 0, weights_by),
+                Gemm(d2, w["W2"], self.d1, 0, 1, self.gemm,
+                     Epilogue(DRELU_BGRAD, g["b1"], self.h1, self.mask1, fb, d, self.bwd_scratch, self.d1_16)),
+                Gemm(x, d1, g["W1"], 1, 0, self.gemm))
 
 
 # Where cuBLASLt's DRELU_BGRAD backward beats a plain GEMM and our ReLU-gradient/bias-gradient kernel
@@ -465,15 +423,6 @@ class DeviceNetwork:
 # 14 us where the plain one takes 7, and writing the forward's mask slows the forward's GEMMs: update
 # 0.2743 ms forward-only against 0.2837 with the backward fused too).
 FUSED_BACKWARD_MATH = ("fp32",)
-# The first layer (K = the observation's width, 23 at the reference shape) as our kernel instead of a GEMM
-# (DeviceNetwork.narrow_first): its output is write-bound and a GEMM library's tiles are made for a deep K.
-# Off: measured slower in a population (H100, P = 32, TF32: 16,158 agent-updates/s against 16,350 with the
-# GEMMs, 16,134 with its backward's kernel too; BENCHMARKS.md, session 14); an agent alone not yet measured.
-NARROW_FIRST_LAYER = False
-# Its backward as our kernel too (DeviceNetwork.first_backward: W1's and b1's gradients in one pass over d1,
-# replacing d1's ReLU-gradient kernel and W1's gradient GEMM) where the backward does not fuse its epilogues.
-# Off: no faster with it in a population (above; bench/population_step.py --first-backward kernel).
-NARROW_FIRST_BACKWARD = False
 
 
 class Epilogue(NamedTuple):
@@ -543,26 +492,6 @@ class Gemm(NamedTuple):
         unfused one's)."""
         if self.epi is not None:
             self.epi.unfused(self.C)
-
-
-class NarrowBackward(NamedTuple):
-    """The first layer's backward as one kernel (:func:`cuda_kernels.dense.narrow_backward_kernel`): from
-    ``d1`` (the gradient at h1, not yet through its ReLU) and ``h1``, W1's gradient ``dW`` (from the
-    observations ``x``) and b1's ``db``, on the network's stream; ``d1`` only read."""
-
-    net: "DeviceNetwork"
-    d1: object
-    h1: object
-    x: object
-    dW: object
-    db: object
-
-    def run(self) -> None:
-        n = self.net
-        rows, cols = self.d1.shape
-        grid, block = dense.bias_backward_launch(cols, n.device.simulator)
-        n.first_backward[grid, block, n.device.stream](self.d1, self.h1, self.x, self.dW, self.db, rows, cols,
-                                                       *n.first_scratch)
 
 
 def _same_array(a, b) -> bool:
