@@ -3,7 +3,7 @@
 # own time limit so a call cut short still returns what the parts before it measured. Usage (device tool;
 # carry [".whl"]):
 #   bash bench/experiments.sh [parts]
-#   parts, in the order given (default: all): bytes groups fused-backward walls nodes layouts
+#   parts, in the order given (default: all): bytes groups fused-backward walls nodes layouts picks
 #     bytes         bench/ncu_bytes.py: one agent's update kernel by kernel, and a population of 32 as one graph
 #     groups        bench/group_probe.py TF32: G agents' GEMM as one batched cuBLASLt call
 #     fused-backward population_step P = 32 with TF32's backward fusing its ReLU and bias gradients (cuBLASLt)
@@ -13,16 +13,19 @@
 #     nodes         bench/node_floor.py: how fast a population's loop graph runs near-empty kernel nodes
 #     layouts       bench/lt_algo_probe.py --layouts: the weight gradient (and the GEMMs that would write its
 #                   operands) with feature-major operands, 32 lanes: which layouts run Hopper's TF32 kernels
+#     picks         population_step --quick with other SM targets and heuristic algorithms for the update's
+#                   GEMM problems (cublaslt.PICKS), each sweep between two baselines: fp32 at P = 16, TF32 at
+#                   P = 32 (SIZES and MATHS are not read)
 # SIZES (default 32), MATHS (default tf32) and QUICK (where set, population_step --quick: sm_share and the
 # loop only, no breakdowns) from the environment. Writes logs and JSON under $OUT
 # (/tmp/experiments without it).
 set -uo pipefail
-PARTS=${*:-bytes groups fused-backward walls nodes layouts}
+PARTS=${*:-bytes groups fused-backward walls nodes layouts picks}
 OUT=${OUT:-/tmp/experiments}; mkdir -p "$OUT"
 SIZES=${SIZES:-32}; MATHS=${MATHS:-tf32}
 for part in $PARTS; do
-  case $part in bytes|groups|fused-backward|walls|nodes|layouts) ;;
-    *) echo "unknown part: $part (bytes groups fused-backward walls nodes layouts)" >&2; exit 2 ;;
+  case $part in bytes|groups|fused-backward|walls|nodes|layouts|picks) ;;
+    *) echo "unknown part: $part (bytes groups fused-backward walls nodes layouts picks)" >&2; exit 2 ;;
   esac
 done
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
@@ -38,6 +41,19 @@ pop() {  # label, then population_step's extra arguments
   timeout 150 python3 bench/population_step.py --sizes "$SIZES" --maths "$MATHS" --pdl "" --json "$OUT/pop_$label.json" \
     ${QUICK:+--quick} \
     "$@" 2>&1 | grep -v Warning | tail -1
+}
+
+sweep() {  # math, population size, then picks (each a population_step --pick, or "base"): sm_share agent-updates/s
+  local math=$1 size=$2 pick label n=0; shift 2
+  for pick in "$@"; do
+    n=$((n + 1)); label="${math}_p${size}_${n}_$(echo "$pick" | tr ':=' '_.')"
+    args=(); [ "$pick" = base ] || args=(--pick "$math:$pick")
+    timeout 150 python3 bench/population_step.py --sizes "$size" --maths "$math" --pdl "" --quick \
+      --json "$OUT/picks_$label.json" "${args[@]}" > "/tmp/picks_$label.log" 2>&1
+    python3 -c "import json; r = json.load(open('$OUT/picks_$label.json'))['rows'][0]['$math']
+print(f\"$math P=$size $pick: sm_share {r['sm_share_agent_updates_per_s']:,.0f} agent-updates/s, graph {r['agent_updates_per_s']:,.0f}\")" \
+      2>/dev/null | tee -a "$OUT/picks.txt" || echo "$math P=$size $pick: failed, $(tail -1 "/tmp/picks_$label.log")" | tee -a "$OUT/picks.txt"
+  done
 }
 
 wf() {  # label, data file: one walk-forward, its process wall, stitched Sharpe and fold 1's epoch phases
@@ -72,6 +88,10 @@ for part in $PARTS; do
     layouts)
       (cd bench && timeout 240 python3 lt_algo_probe.py --layouts --lanes "$SIZES" --maths "$MATHS" \
         --json "$OUT/lt_layouts.json" 2>&1 | grep -v Warning | tee "$OUT/lt_layouts.txt") ;;
+    picks)  # the rule's targets (fp32: 2048 rows 64, 1024 rows 32, weight gradients 16; TF32: 32, 16, 8)
+      sweep fp32 16 base 2048x512x512=-:1 2048x512x512=-:2 2048x512x512=0:1 512x512x1024=33:0 \
+        1024x512x512=-:1 base
+      sweep tf32 32 base 1024x512x512=-:1 512x512x1024=16:0 2048x512x512=-:1 base ;;
     nodes)
       (cd bench && timeout 120 python3 node_floor.py --json "$OUT/node_floor.json" 2>&1 | grep -v Warning) ;;
   esac

@@ -213,7 +213,17 @@ def main() -> int:
     a.add_argument("--fused-backward", metavar="MATHS",
                    help="the GEMM maths whose backward fuses the ReLU and bias gradients into cuBLASLt's GEMMs "
                         "(an experiment: network.FUSED_BACKWARD_MATH, fp32 alone by default)")
+    a.add_argument("--pick", action="append", default=[], metavar="MATH:MxNxK=TARGET:INDEX",
+                   help="an experiment (cublaslt.PICKS): that GEMM problem's SM count target ('-': the rule's) and the "
+                        "heuristic's INDEX-th algorithm (0: its first), e.g. fp32:2048x512x512=-:1; repeatable")
     args = a.parse_args()
+    for pick in args.pick:
+        from workbench import cublaslt
+
+        problem, choice = pick.split("=")
+        math, dims = problem.split(":")
+        target, index = choice.split(":")
+        cublaslt.PICKS[(math, *map(int, dims.split("x")))] = (None if target == "-" else int(target), int(index))
     if args.fused_backward is not None:
         from workbench.agent import network
 
@@ -254,7 +264,8 @@ def main() -> int:
                + ")" if r["P"] == 1 else "")
             for r in rows))
     if args.json:
-        json.dump({"rows": rows, "torch_graph_ms": torch_ms, "torch": torch_rows[0][0]}, open(args.json, "w"), indent=1)
+        json.dump({"rows": rows, "torch_graph_ms": torch_ms, "torch": torch_rows[0][0], "picks": args.pick},
+                  open(args.json, "w"), indent=1)
     return 0
 
 

@@ -73,7 +73,12 @@ class EpilogueUnavailable(DeviceError):
     """cuBLASLt (nvmath-python) cannot be loaded, or offers no algorithm for an epilogue."""
 
 
-_HEURISTICS: dict = {}  # problem -> the heuristic's first algorithm (MatmulHeuristicResult), shared by every handle
+_HEURISTICS: dict = {}  # problem -> the heuristic's algorithms (MatmulHeuristicResult), shared by every handle
+
+# Experiments only (bench/population_step.py --pick; empty in every run): a GEMM problem's SM count target
+# and which of the heuristic's algorithms it runs, by (math, M, N, K) -> (target or None: the caller's,
+# index into the heuristic's list, 0 its first choice).
+PICKS: dict = {}
 
 
 class CublasLt:
@@ -105,7 +110,7 @@ class CublasLt:
         setter(obj, attr, buf.ctypes.data, buf.nbytes)
 
     def _plan(self, key, M: int, N: int, K: int, ta: int, tb: int, kind: str, bias, mask, target: int,
-              ab: int = R32F, c: int = R32F):
+              ab: int = R32F, c: int = R32F, index: int = 0):
         L = self.L
         # bfloat16 operands: tensor cores with float32 accumulation (COMPUTE_32F; the fast-TF32 mode is
         # for float32 operands)
@@ -142,27 +147,28 @@ class CublasLt:
         # alignment of every pointer): asked once per process for each problem, whatever the agent
         problem = (self.device.info.name, self.math, M, N, K, int(ta), int(tb), int(epi), bias is not None,
                    mask is not None, int(target), int(self.workspace.size), ab, c,
-                   DATA_TYPES[bias.dtype] if bias is not None else -1)
+                   DATA_TYPES[bias.dtype] if bias is not None else -1, index)
         results = _HEURISTICS.get(problem)
         if results is None:
-            results = L.MatmulHeuristicResult(1)
+            results = L.MatmulHeuristicResult(index + 1)
             count = np.zeros(1, np.int32)
             try:
-                L.matmul_algo_get_heuristic(self.handle, desc, lay_a, lay_b, lay_c, lay_c, self.pref, 1, results.ptr,
-                                            count.ctypes.data)
+                L.matmul_algo_get_heuristic(self.handle, desc, lay_a, lay_b, lay_c, lay_c, self.pref, index + 1,
+                                            results.ptr, count.ctypes.data)
             except Exception as exc:
                 count[0] = 0
                 why = str(exc).split(".")[0]
             else:
-                why = "the heuristic returned none"
-            if count[0] < 1:
+                why = "the heuristic returned none" if index == 0 else f"the heuristic returned {count[0]}"
+            if count[0] < index + 1:
                 maths = "bf16 operands" if ab == R16BF else self.math
                 raise EpilogueUnavailable(f"cuBLASLt offers no {epi.name} algorithm for {M}x{N}x{K} "
                                           f"(trans {ta}{tb}, {maths}, SM target {target}): {why}",
                                           "set gpu.fused_epilogues = 'off'" if kind != PLAIN
                                           else "set gpu.sm_share = 'off'")
             _HEURISTICS[problem] = results
-        plan = (desc, lay_a, lay_b, lay_c, results)
+        # the algorithm: the index-th result (a cublasLtMatmulHeuristicResult_t starts with its algo)
+        plan = (desc, lay_a, lay_b, lay_c, results, int(results.ptr) + index * L.matmul_heuristic_result_dtype.itemsize)
         self.plans[key] = plan
         return plan
 
@@ -184,16 +190,22 @@ class CublasLt:
         ab, c = DATA_TYPES[A.dtype], DATA_TYPES[C.dtype]
         ptrs = (device_pointer(A), device_pointer(B), device_pointer(C),
                 device_pointer(bias) if bias is not None else 0, device_pointer(mask) if mask is not None else 0)
-        key = (self.math, M, N, K, int(ta), int(tb), kind, int(target), ab, c) + ptrs
-        desc, lay_a, lay_b, lay_c, results = (self.plans.get(key)
-                                              or self._plan(key, M, N, K, ta, tb, kind, bias, mask, target, ab, c))
+        index = 0
+        if PICKS:
+            pick = PICKS.get(("bf16" if ab == R16BF else self.math, M, N, K))
+            if pick is not None:
+                target = target if pick[0] is None else pick[0]
+                index = pick[1]
+        key = (self.math, M, N, K, int(ta), int(tb), kind, int(target), ab, c, index) + ptrs
+        desc, lay_a, lay_b, lay_c, _, algo = (self.plans.get(key)
+                                              or self._plan(key, M, N, K, ta, tb, kind, bias, mask, target, ab, c, index))
         self.L.matmul(self.handle, desc, self.alpha.ctypes.data, ptrs[1], lay_a, ptrs[0], lay_b, self.beta.ctypes.data,
-                      ptrs[2], lay_c, ptrs[2], lay_c, results.ptr, device_pointer(self.workspace),
+                      ptrs[2], lay_c, ptrs[2], lay_c, algo, device_pointer(self.workspace),
                       int(self.workspace.size), int(self.device.raw_stream))
 
     def __del__(self):
         try:
-            for desc, lay_a, lay_b, lay_c, _ in self.plans.values():
+            for desc, lay_a, lay_b, lay_c, _, _ in self.plans.values():
                 for lay in (lay_a, lay_b, lay_c):
                     self.L.matrix_layout_destroy(lay)
                 self.L.matmul_desc_destroy(desc)
