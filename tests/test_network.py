@@ -309,7 +309,7 @@ def test_gemms_planned_for_shared_sms_match_the_whole_gpus_choice(rng, math):
         # the backwards from the same activations (TF32 forwards differ enough to flip ReLU gates near zero:
         # seen on the H100, W1's gradient 10.4 apart at a largest |dW1| of 142)
         out[shared] = _forward_backward(net, device, shape, rows, p_dev, x, dhead, nets.get(False) if shared else None)
-        targets = {key[7] for key in gemm.lt.plans}  # (math, M, N, K, ta, tb, kind, SM target, addresses...)
+        targets = {key[7] for key in gemm.lt.plans}  # (math, M, N, K, ta, tb, kind, SM target, types, pick, addresses)
         assert (max(targets) > 0) == shared, (targets, seed)
     # fp32: the same products summed in another order. TF32: also the operands' rounding to TF32 (10-bit
     # mantissa), which one algorithm may do where the other does not (for the first layer, K = 23, cuBLAS's
