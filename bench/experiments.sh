@@ -15,7 +15,8 @@
 #                   operands) with feature-major operands, 32 lanes: which layouts run Hopper's TF32 kernels
 #     picks         population_step --quick with other SM targets and heuristic algorithms for the update's
 #                   GEMM problems (cublaslt.PICKS), each sweep between two baselines: fp32 at P = 16, TF32 at
-#                   P = 32 (SIZES and MATHS are not read)
+#                   P = 32 (SIZES and MATHS are not read; FP32_PICKS and TF32_PICKS replace the lists, an
+#                   empty TF32_PICKS skips TF32)
 # SIZES (default 32), MATHS (default tf32) and QUICK (where set, population_step --quick: sm_share and the
 # loop only, no breakdowns) from the environment. Writes logs and JSON under $OUT
 # (/tmp/experiments without it).
@@ -89,8 +90,8 @@ for part in $PARTS; do
       (cd bench && timeout 240 python3 lt_algo_probe.py --layouts --lanes "$SIZES" --maths "$MATHS" \
         --json "$OUT/lt_layouts.json" 2>&1 | grep -v Warning | tee "$OUT/lt_layouts.txt") ;;
     picks)  # the rule's targets (fp32: 2048 rows 64, 1024 rows 32, weight gradients 16; TF32: 32, 16, 8)
-      sweep fp32 16 base 2048x512x512=-:1 512x512x1024=33:0
-      sweep tf32 32 base 1024x512x512=-:1 ;;
+      sweep fp32 16 ${FP32_PICKS:-base 2048x512x512=-:1 512x512x1024=33:0}
+      [ "${TF32_PICKS-x}" = "" ] || sweep tf32 32 ${TF32_PICKS:-base 1024x512x512=-:1} ;;
     nodes)
       (cd bench && timeout 120 python3 node_floor.py --json "$OUT/node_floor.json" 2>&1 | grep -v Warning) ;;
   esac
