@@ -14,7 +14,7 @@
 #     layouts       bench/lt_algo_probe.py --layouts: the weight gradient (and the GEMMs that would write its
 #                   operands) with feature-major operands, 32 lanes: which layouts run Hopper's TF32 kernels
 #     picks         population_step --quick with other SM targets and heuristic algorithms for the update's
-#                   GEMM problems (cublaslt.PICKS), each sweep between two baselines: fp32 at P = 16, TF32 at
+#                   GEMM problems (cublaslt.PICKS), each sweep from a baseline: fp32 at P = 16, TF32 at
 #                   P = 32 (SIZES and MATHS are not read; FP32_PICKS and TF32_PICKS replace the lists, an
 #                   empty TF32_PICKS skips TF32)
 # SIZES (default 32), MATHS (default tf32) and QUICK (where set, population_step --quick: sm_share and the
