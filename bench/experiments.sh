@@ -49,6 +49,7 @@ sweep() {  # math, population size, then picks (each a population_step --pick, o
   for pick in "$@"; do
     n=$((n + 1)); label="${math}_p${size}_${n}_$(echo "$pick" | tr ':=' '_.')"
     args=(); [ "$pick" = base ] || args=(--pick "$math:$pick")
+    [ "$n" = 1 ] || args+=(--no-torch)  # PyTorch's baseline once a sweep
     timeout 150 python3 bench/population_step.py --sizes "$size" --maths "$math" --pdl "" --quick \
       --json "$OUT/picks_$label.json" "${args[@]}" > "/tmp/picks_$label.log" 2>&1
     python3 -c "import json; r = json.load(open('$OUT/picks_$label.json'))['rows'][0]['$math']

@@ -213,6 +213,8 @@ def main() -> int:
     a.add_argument("--fused-backward", metavar="MATHS",
                    help="the GEMM maths whose backward fuses the ReLU and bias gradients into cuBLASLt's GEMMs "
                         "(an experiment: network.FUSED_BACKWARD_MATH, fp32 alone by default)")
+    a.add_argument("--no-torch", action="store_true",
+                   help="skip PyTorch's CUDA-graph baseline (a sweep that measured it in its first run of the call)")
     a.add_argument("--pick", action="append", default=[], metavar="MATH:MxNxK=TARGET:INDEX",
                    help="an experiment (cublaslt.PICKS): that GEMM problem's SM count target ('-': the rule's) and the "
                         "heuristic's INDEX-th algorithm (0: its first), e.g. fp32:2048x512x512=-:1; repeatable")
@@ -239,7 +241,10 @@ def main() -> int:
         gc.collect()  # the previous population's buffers go before the next is allocated
         print(f"P={p}: {json.dumps(rows[-1])}", flush=True)
     torch_rows: list = []
-    torch_update(args.steps, torch_rows, graph=True)
+    if args.no_torch:  # a sweep's later runs: the baseline measured once per call, by its first run
+        torch_rows.append(("PyTorch not run (--no-torch)", float("nan")))
+    else:
+        torch_update(args.steps, torch_rows, graph=True)
     torch_ms = torch_rows[0][1]
     print(f"epilogues: {args.epilogues}; P agents in one graph, batch {B}, hidden {H}, {ATOMS} atoms, replay holding {CAP} each "
           f"(rings of {2 * CAP} slots); "
@@ -264,7 +269,8 @@ def main() -> int:
                + ")" if r["P"] == 1 else "")
             for r in rows))
     if args.json:
-        json.dump({"rows": rows, "torch_graph_ms": torch_ms, "torch": torch_rows[0][0], "picks": args.pick},
+        json.dump({"rows": rows, "torch_graph_ms": None if args.no_torch else torch_ms, "torch": torch_rows[0][0],
+                   "picks": args.pick},
                   open(args.json, "w"), indent=1)
     return 0
 
