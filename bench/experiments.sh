@@ -91,7 +91,7 @@ for part in $PARTS; do
       (cd bench && timeout 240 python3 lt_algo_probe.py --layouts --lanes "$SIZES" --maths "$MATHS" \
         --json "$OUT/lt_layouts.json" 2>&1 | grep -v Warning | tee "$OUT/lt_layouts.txt") ;;
     picks)  # the rule's targets (fp32: 2048 rows 64, 1024 rows 32, weight gradients 16; TF32: 32, 16, 8)
-      sweep fp32 16 ${FP32_PICKS:-base 2048x512x512=-:1 512x512x1024=33:0}
+      sweep fp32 16 ${FP32_PICKS:-base 2048x512x512=0:1 512x512x1024=33:0}
       [ "${TF32_PICKS-x}" = "" ] || sweep tf32 32 ${TF32_PICKS:-base 1024x512x512=-:1} ;;
     nodes)
       (cd bench && timeout 120 python3 node_floor.py --json "$OUT/node_floor.json" 2>&1 | grep -v Warning) ;;
