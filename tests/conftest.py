@@ -9,6 +9,8 @@ if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
     # The simulator runs a block's threads as Python threads and polls them at every syncthreads; with
     # the default 5 ms GIL switch interval the polling thread starves them (a block with barriers costs
     # ~0.8 s). A 50 us interval hands the GIL over sooner: 4-6x faster barrier-heavy kernels, same results.
+    # (Below, the blocks wait on their threads instead of polling them where the simulator is the one
+    # that was written for; the interval then changes little, measured, and stays for any other.)
     import sys
     import threading
     import traceback
@@ -38,6 +40,11 @@ if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
         return arr
 
     _sim.FakeCUDAShared.array = _locked_shared_array
+
+    # ... and its blocks wait on their threads instead of polling them (tests/simulator_blocks.py)
+    import simulator_blocks
+
+    simulator_blocks.install()
 from pathlib import Path
 
 import numpy as np
