@@ -8,7 +8,9 @@ thread counts itself in when it reaches a barrier and out when it ends, under on
 the manager sleeps on that condition until every live thread is at the barrier (it releases them), a
 thread failed (it aborts the others and raises, as the simulator does) or none is left. The rule for
 releasing a barrier is the simulator's (every thread still alive waits at it), so kernels compute the
-same results; only the waiting changes.
+same results; only the waiting changes. The threads are kept in a pool and run one block thread after
+another (starting a Python thread costs ~0.1 ms, and a test's launches start tens of thousands); each is
+set up as the simulator sets up a new thread (indices, flags, its own barrier event).
 """
 from __future__ import annotations
 
@@ -51,17 +53,65 @@ def _run_thread(self) -> None:
                 m.cond.notify()
 
 
+class _Worker(_sim.BlockThread):
+    """A pooled simulator thread: runs the block threads it is handed, one after another."""
+
+    def __init__(self):
+        threading.Thread.__init__(self, daemon=True)
+        self.go = threading.Event()
+        self.syncthreads_event = threading.Event()
+
+    def assign(self, manager, target, grid_point, block_point) -> None:
+        """Set up as ``BlockThread.__init__`` sets up a new thread, then run ``target``."""
+        if manager._debug:
+            def run_debug(f=target):
+                np.seterr(divide="raise")
+                f()
+
+            target = run_debug
+        self._target, self._args, self._kwargs = target, (), {}
+        self._manager, self.debug = manager, manager._debug
+        self.blockIdx, self.threadIdx = _sim.Dim3(*grid_point), _sim.Dim3(*block_point)
+        dim = _sim.Dim3(*manager._block_dim)
+        self.thread_id = self.threadIdx.x + dim.x * (self.threadIdx.y + dim.y * self.threadIdx.z)
+        self.exception, self.abort, self.syncthreads_blocked = None, False, False
+        self.syncthreads_event.clear()
+        self.go.set()
+
+    def run(self) -> None:
+        while True:
+            self.go.wait()
+            self.go.clear()
+            _run_thread(self)
+            with _POOL_LOCK:
+                _POOL.append(self)
+
+
+_POOL: list = []  # idle workers
+_POOL_LOCK = threading.Lock()
+
+
+def _workers(n: int) -> list:
+    with _POOL_LOCK:
+        got = [_POOL.pop() for _ in range(min(n, len(_POOL)))]
+    for _ in range(n - len(got)):
+        w = _Worker()
+        w.start()
+        got.append(w)
+    return got
+
+
 def _run_block(self, grid_point, *args) -> None:
-    """``BlockManager.run``: start the block's threads, release each barrier once every live thread
+    """``BlockManager.run``: run the block's threads, release each barrier once every live thread
     waits at it, raise the first thread's exception (the others aborted)."""
     def target():
         self._f(*args)
 
-    threads = [_sim.BlockThread(target, self, grid_point, block_point, self._debug)
-               for block_point in np.ndindex(*self._block_dim)]
+    points = list(np.ndindex(*self._block_dim))
+    threads = _workers(len(points))
     self.cond, self.live, self.blocked, self.failed = threading.Condition(), len(threads), 0, None
-    for t in threads:
-        t.start()
+    for t, block_point in zip(threads, points):
+        t.assign(self, target, grid_point, block_point)
     with self.cond:
         while True:
             if self.failed is not None:

@@ -1,6 +1,7 @@
 """The tests' block scheduler for Numba's CUDA simulator (tests/simulator_blocks.py): barriers hold until
-every live thread of the block reaches them, a thread that has returned no longer counts, and a failing
-thread's exception reaches the launch, as with the simulator's own polling scheduler."""
+every live thread of the block reaches them, a thread that has returned no longer counts, a failing
+thread's exception reaches the launch, as with the simulator's own polling scheduler, and pooled threads
+serve later launches afresh."""
 from __future__ import annotations
 
 import numpy as np
@@ -75,7 +76,13 @@ def test_threads_that_returned_do_not_hold_a_barrier():
     assert out[::2].tolist() == [4] * 4 and out[1::2].tolist() == [-1] * 4
 
 
-def test_a_thread_s_exception_reaches_the_launch():
+def test_a_thread_s_exception_reaches_the_launch_and_later_launches_run(rng):
     out = np.zeros(8, np.int64)
-    with pytest.raises(ValueError, match="thread three"):
+    with pytest.raises(ValueError, match=r"tid=\[3, 0, 0\] ctaid=\[0, 0, 0\]: thread three"):
         _fails_in_one_thread[1, 8](out)
+    # the aborted block's threads go back to the pool: the next launches get threads set up afresh
+    x = rng.integers(-5, 5, 32).astype(np.float64)
+    for _ in range(2):
+        got = np.full(32, np.nan)
+        _rotate_sum[2, 16](x, got, 3)
+        np.testing.assert_array_equal(got, _rotate_sum_ref(x, 16, 3))
