@@ -442,20 +442,46 @@ def _head_loss_kernel(atoms: int, sizes: tuple[int, ...]) -> Kernel:
 
 # ---- NumPy references ----
 
+def _branch_head_ref(V, a, n, support, logp, q) -> None:
+    """Branches of ``n`` actions each, side by side: ``a`` [..., n, atoms] advantages, ``V`` broadcast
+    against them; log-probabilities into ``logp``, expected Q into ``q`` (views of the caller's arrays)."""
+    z = V + a
+    z -= np.add.reduce(a, axis=-2, keepdims=True) / n  # the advantages' mean over the branch's actions
+    z -= np.maximum.reduce(z, axis=-1, keepdims=True)
+    e = np.exp(z)
+    s = np.add.reduce(e, axis=-1, keepdims=True)
+    np.subtract(z, np.log(s, out=s), out=logp)
+    np.exp(logp, out=e)
+    e *= support
+    np.add.reduce(e, axis=-1, out=q)
+
+
 def dueling_head_ref(head, branch_sizes, atoms, support):
+    """Per branch: logits = V + A - mean over the branch's actions of A, log-softmax over the atoms
+    (max subtracted first), Q = sum over atoms of exp(logp) x support. Computes in float64 (the CPU
+    backend's and the tests' heads are float64); returns (logp [B, actions, atoms], q [B, actions]).
+
+    Written for the CPU backend's speed (its backtests run this on every (bar, held position) row of a
+    range): in-place steps and, where every branch has as many actions (the default 3 x 3 x 3), all
+    branches in one set of array operations. Each element goes through the same operations in the same
+    order as the plain per-branch formula (tests/test_kernels.py keeps that formula and checks this
+    against it bit for bit), so the CPU backend's results do not depend on this form."""
+    head = np.asarray(head, np.float64)
     B = head.shape[0]
-    V = head[:, :atoms]
     A_tot = sum(branch_sizes)
     adv = head[:, atoms:].reshape(B, A_tot, atoms)
     logp = np.empty((B, A_tot, atoms), np.float64)
+    q = np.empty((B, A_tot), np.float64)
+    nb, n0 = len(branch_sizes), branch_sizes[0]
+    if all(n == n0 for n in branch_sizes):
+        _branch_head_ref(head[:, None, None, :atoms], adv.reshape(B, nb, n0, atoms), n0, support,
+                         logp.reshape(B, nb, n0, atoms), q.reshape(B, nb, n0))
+        return logp, q
     off = 0
     for n in branch_sizes:
-        a = adv[:, off:off + n]
-        logits = V[:, None, :] + a - a.mean(axis=1, keepdims=True)
-        mx = logits.max(axis=2, keepdims=True)
-        logp[:, off:off + n] = logits - mx - np.log(np.exp(logits - mx).sum(axis=2, keepdims=True))
+        _branch_head_ref(head[:, None, :atoms], adv[:, off:off + n], n, support, logp[:, off:off + n],
+                         q[:, off:off + n])
         off += n
-    q = (np.exp(logp) * support).sum(axis=2)
     return logp, q
 
 

@@ -543,6 +543,35 @@ def test_dueling_head_matches_reference(rng, atoms):
     assert np.array_equal(q2.copy_to_host(), q.copy_to_host())
 
 
+def _dueling_head_plain(head, branch_sizes, atoms, support):
+    """The dueling head's formula, branch by branch, as first written: the spec ``c51.dueling_head_ref``
+    (the CPU backend's head, in a faster form) must equal bit for bit."""
+    B = head.shape[0]
+    V = head[:, :atoms]
+    A_tot = sum(branch_sizes)
+    adv = head[:, atoms:].reshape(B, A_tot, atoms)
+    logp = np.empty((B, A_tot, atoms), np.float64)
+    off = 0
+    for n in branch_sizes:
+        a = adv[:, off:off + n]
+        logits = V[:, None, :] + a - a.mean(axis=1, keepdims=True)
+        mx = logits.max(axis=2, keepdims=True)
+        logp[:, off:off + n] = logits - mx - np.log(np.exp(logits - mx).sum(axis=2, keepdims=True))
+        off += n
+    return logp, (np.exp(logp) * support).sum(axis=2)
+
+
+def test_the_dueling_head_reference_is_its_plain_formula_bit_for_bit(rng):
+    shapes = [(21, (3, 3, 3)), (51, (3, 3, 3)), (2, (1,)), (8, (2, 5)), (101, (4, 4)), (9, (3, 1, 2, 4))]
+    for atoms, sizes in shapes + [(int(rng.integers(2, 60)), tuple(int(x) for x in rng.integers(1, 6, rng.integers(1, 5))))
+                                  for _ in range(20)]:
+        rows = int(rng.choice([1, 3, 64, 700]))
+        head = rng.normal(0, rng.choice([1e-3, 1.0, 30.0]), (rows, atoms * (1 + sum(sizes))))
+        support = np.linspace(-rng.uniform(1, 20), rng.uniform(1, 20), atoms).astype(rng.choice([np.float32, np.float64]))
+        want, got = _dueling_head_plain(head, sizes, atoms, support), c51.dueling_head_ref(head, list(sizes), atoms, support)
+        assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1]), (atoms, sizes, rows)
+
+
 def _head_loss(head_pair, bias, head_t, bias_t, acts, reward, done, gamma_n, v_min, v_max, atoms, w, sizes, offs,
                support, width):
     """The shape's ``head_loss_kernel`` on poisoned outputs: (online Q of s' [B, A], dhead [B, width], loss [B]);
