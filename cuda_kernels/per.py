@@ -246,8 +246,14 @@ def per_sample_ref(prio: np.ndarray, size: int, batch: int, beta: float, k0: int
     return idx.astype(np.int64), (w / w.max()).astype(np.float32)
 
 
-def priority_update_ref(prio: np.ndarray, idx: np.ndarray, td: np.ndarray, alpha: float, eps: float):
-    out = prio.copy()
+def priority_update_ref(prio: np.ndarray, idx: np.ndarray, td: np.ndarray, alpha: float, eps: float,
+                        out: np.ndarray | None = None):
+    """``prio`` with the batch's new priorities (``out``: written there, e.g. ``prio`` itself, where the
+    caller keeps no copy; a new array by default) and the count of out-of-range indices."""
+    if out is None:
+        out = prio.copy()
+    elif out is not prio:
+        out[...] = prio
     for i in range(len(idx)):  # later batch positions win, as in the kernel
         if 0 <= idx[i] < len(prio):
             out[idx[i]] = (abs(td[i]) + eps) ** alpha

@@ -263,6 +263,9 @@ def test_priority_update_duplicates_and_out_of_range(rng):
                                       bad)
     want, want_bad = per.priority_update_ref(prio0, idx, td, 0.6, 1e-3)
     np.testing.assert_allclose(p.copy_to_host(), want, rtol=1e-6)
+    ring = prio0.copy()  # the CPU trainer's form: written into its own ring, the same priorities
+    assert per.priority_update_ref(ring, idx, td, 0.6, 1e-3, out=ring)[0] is ring and np.array_equal(ring, want)
+    assert not np.array_equal(want, prio0)  # the default left its input as it was
     assert bad.copy_to_host()[0] == 2 * want_bad == 4
     assert (owner.copy_to_host() == -1).all()
     winners = {int(j): i for i, j in enumerate(idx) if 0 <= j < cap}  # the last batch position of each index

@@ -120,7 +120,7 @@ class CpuTrainer:
         if not tripped:
             lr.params, lr.m, lr.v = K_opt.adam_ref(lr.params, grads, lr.m, lr.v, cfg.lr, cfg.adam_beta1,
                                                    cfg.adam_beta2, cfg.adam_eps, cfg.weight_decay, lr.step, scale)
-            rp.prio, _ = K_per.priority_update_ref(rp.prio, idx, loss.astype(np.float32), cfg.per_alpha, cfg.per_eps)
+            K_per.priority_update_ref(rp.prio, idx, loss.astype(np.float32), cfg.per_alpha, cfg.per_eps, out=rp.prio)
             rp.max_prio = max(rp.max_prio, float(((np.abs(loss) + cfg.per_eps) ** cfg.per_alpha).max()))
             lr.target = K_opt.ema_ref(lr.target, lr.params, cfg.tau)
         return UpdateRecord(idx, isw, loss, grads, mean_loss, norm, max_q, tripped)

@@ -149,7 +149,7 @@ def views(flat, shape: NetShape) -> dict:
 # ---- NumPy reference (float64) ----
 
 def forward_ref(params: np.ndarray, x: np.ndarray, shape: NetShape, support: np.ndarray):
-    p = {k: v.astype(np.float64) for k, v in views(params, shape).items()}
+    p = views(np.asarray(params, np.float64), shape)  # one conversion of the flat buffer, float64 views of it
     h1 = np.maximum(x @ p["W1"] + p["b1"], 0)
     h2 = np.maximum(h1 @ p["W2"] + p["b2"], 0)
     head = h2 @ p["W3"] + p["b3"]
@@ -158,7 +158,7 @@ def forward_ref(params: np.ndarray, x: np.ndarray, shape: NetShape, support: np.
 
 
 def backward_ref(params: np.ndarray, x: np.ndarray, acts: dict, dhead: np.ndarray, shape: NetShape) -> np.ndarray:
-    p = {k: v.astype(np.float64) for k, v in views(params, shape).items()}
+    p = views(np.asarray(params, np.float64), shape)
     g = {}
     g["W3"] = acts["h2"].T @ dhead
     g["b3"] = dhead.sum(axis=0)
